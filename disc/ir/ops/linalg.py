@@ -1,0 +1,69 @@
+"""Compute-bound ops that backends send to a library: dot_general (batched GEMM)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from disc.ir.registry import LIBRARY, ShapeContext, ShapeRuleError, register, tensor
+from disc.ir.types import Type
+
+
+def _dot_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
+    a, b = tensor(types[0], "dot_general"), tensor(types[1], "dot_general")
+    if a.dtype != b.dtype:
+        raise ShapeRuleError(f"dot_general: operand dtypes differ ({a.dtype} vs {b.dtype})")
+    return a.dtype
+
+
+def _free_dims(rank: int, *used: Sequence[int]) -> list[int]:
+    taken = {d for u in used for d in u}
+    return [d for d in range(rank) if d not in taken]
+
+
+def _dot_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    a, b = tensor(types[0], "dot_general"), tensor(types[1], "dot_general")
+    lb, rb, lc, rc = attrs["lhs_batch"], attrs["rhs_batch"], attrs["lhs_contract"], attrs["rhs_contract"]
+    ctx.check(len(lb) == len(rb), "lhs_batch and rhs_batch differ in length")
+    ctx.check(len(lc) == len(rc), "lhs_contract and rhs_contract differ in length")
+    for dims, rank, side in ((list(lb) + list(lc), a.rank, "lhs"), (list(rb) + list(rc), b.rank, "rhs")):
+        ctx.check(len(set(dims)) == len(dims) and all(0 <= d < rank for d in dims), f"{side} batch/contract dims {dims} invalid for rank {rank}")
+    for i, j in zip(lb, rb):
+        ctx.equal(a.shape[i], b.shape[j], f"lhs batch dim {i} must equal rhs batch dim {j}")
+    for i, j in zip(lc, rc):
+        ctx.equal(a.shape[i], b.shape[j], f"lhs contracting dim {i} must equal rhs contracting dim {j}")
+    batch = [a.shape[i] for i in lb]
+    lfree = [a.shape[i] for i in _free_dims(a.rank, lb, lc)]
+    rfree = [b.shape[i] for i in _free_dims(b.rank, rb, rc)]
+    return tuple(batch + lfree + rfree)
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@register(
+    "dot_general",
+    "lhs rhs",
+    attrs={"lhs_batch": (), "rhs_batch": (), "lhs_contract": (), "rhs_contract": ()},
+    dtype=_dot_dtype,
+    shape=_dot_rule,
+    category=LIBRARY,
+)
+def dot_general(lhs: torch.Tensor, rhs: torch.Tensor, *, lhs_batch, rhs_batch, lhs_contract, rhs_contract) -> torch.Tensor:
+    """Batched matmul: result dims are batch dims, then lhs free dims, then rhs free dims."""
+    letters = iter(_LETTERS)
+    lsub = [""] * lhs.dim()
+    rsub = [""] * rhs.dim()
+    for i, j in zip(lhs_batch, rhs_batch):
+        lsub[i] = rsub[j] = next(letters)
+    for i, j in zip(lhs_contract, rhs_contract):
+        lsub[i] = rsub[j] = next(letters)
+    for i in range(lhs.dim()):
+        lsub[i] = lsub[i] or next(letters)
+    for j in range(rhs.dim()):
+        rsub[j] = rsub[j] or next(letters)
+    out = [lsub[i] for i in lhs_batch]
+    out += [lsub[i] for i in _free_dims(lhs.dim(), lhs_batch, lhs_contract)]
+    out += [rsub[j] for j in _free_dims(rhs.dim(), rhs_batch, rhs_contract)]
+    return torch.einsum(f"{''.join(lsub)},{''.join(rsub)}->{''.join(out)}", lhs, rhs)

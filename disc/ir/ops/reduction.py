@@ -1,0 +1,47 @@
+"""Reductions over a set of axes (sum, max, min, prod, any, all)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from disc.ir.registry import REDUCTION, ShapeContext, ShapeRuleError, normalize_axis, register, same_dtype_as, tensor
+from disc.ir.types import Type
+
+REDUCE_KINDS = ("sum", "max", "min", "prod", "any", "all")
+
+
+def reduced_shape(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    x = tensor(types[0], ctx.op)
+    axes = {normalize_axis(a, x.rank, ctx.op) for a in attrs["dims"]}
+    if len(axes) != len(attrs["dims"]):
+        raise ShapeRuleError(f"{ctx.op}: repeated axis in {attrs['dims']}")
+    if "kind" in attrs and attrs["kind"] not in REDUCE_KINDS:
+        raise ShapeRuleError(f"{ctx.op}: unknown kind {attrs['kind']!r}; expected one of {REDUCE_KINDS}")
+    if attrs["keepdim"]:
+        return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+@register("reduce", "x", attrs={"dims": (), "kind": "sum", "keepdim": False}, dtype=same_dtype_as(0), shape=reduced_shape, category=REDUCTION)
+def reduce(x: torch.Tensor, *, dims: tuple[int, ...], kind: str, keepdim: bool) -> torch.Tensor:
+    """Reduce ``dims`` with ``kind``. Max/min of an empty range is an error, as in torch."""
+    if not dims:
+        return x.clone()
+    if kind == "sum":
+        return torch.sum(x, dim=dims, keepdim=keepdim, dtype=x.dtype)
+    if kind == "prod":
+        out = x
+        for d in sorted(dims, reverse=True):
+            out = torch.prod(out, dim=d, keepdim=keepdim, dtype=x.dtype)
+        return out
+    if kind == "max":
+        return torch.amax(x, dim=dims, keepdim=keepdim)
+    if kind == "min":
+        return torch.amin(x, dim=dims, keepdim=keepdim)
+    if kind == "any":
+        return torch.any(x, dim=dims, keepdim=keepdim) if len(dims) > 0 else x
+    if kind == "all":
+        return torch.all(x, dim=dims, keepdim=keepdim)
+    raise ValueError(kind)

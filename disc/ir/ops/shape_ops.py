@@ -1,0 +1,96 @@
+"""Shape-computation ops: host integers that compute the program's shapes.
+
+They are ordinary IR, so CSE, folding and DCE apply to shape arithmetic like to
+anything else, and the executor compiles them into one function per program
+instead of re-deriving shapes op by op.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from disc.ir.registry import SHAPE, ShapeContext, fixed_dtype, index_value, normalize_axis, register, tensor
+from disc.ir.types import Type
+from disc.shape.expr import SymExpr, as_expr, exact_divide
+
+_index = fixed_dtype("index")
+
+
+def _dim_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    t = tensor(types[0], "dim")
+    return t.shape[normalize_axis(attrs["axis"], t.rank, "dim")]
+
+
+@register("dim", "x", attrs={"axis": 0}, dtype=_index, shape=_dim_rule, category=SHAPE)
+def dim(x: torch.Tensor, *, axis: int) -> int:
+    """The size of one axis of a tensor."""
+    return int(x.shape[axis])
+
+
+@register("index_const", "", attrs={"value": 0}, dtype=_index, shape=lambda ctx, types, attrs: attrs["value"], category=SHAPE)
+def index_const(*, value: int) -> int:
+    """A constant host integer."""
+    return value
+
+
+def _binary_index(fn):
+    def rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+        a, b = (as_expr(index_value(t, ctx.op)) for t in types)
+        return fn(ctx, a, b)
+
+    return rule
+
+
+def _floordiv(ctx: ShapeContext, a: SymExpr, b: SymExpr):
+    if b.is_const:
+        ctx.check(b.const_value > 0, f"division by non-positive constant {b}")
+        return a // b
+    q = exact_divide(ctx.constraints.normalize(a), ctx.constraints.normalize(b))
+    if q is not None:
+        return q
+    # Not expressible: the quotient is a new symbol, computed at run time.
+    return ctx.new_symbol(f"{a} // {b}")
+
+
+def _max_min(pick_max: bool):
+    def rule(ctx: ShapeContext, a: SymExpr, b: SymExpr):
+        c = ctx.constraints
+        if c.prove_ge(a, b):
+            return a if pick_max else b
+        if c.prove_ge(b, a):
+            return b if pick_max else a
+        return ctx.new_symbol(f"{'max' if pick_max else 'min'}({a}, {b})")
+
+    return rule
+
+
+@register("iadd", "a b", dtype=_index, shape=_binary_index(lambda ctx, a, b: a + b), category=SHAPE)
+def iadd(a: int, b: int) -> int:
+    return a + b
+
+
+@register("isub", "a b", dtype=_index, shape=_binary_index(lambda ctx, a, b: a - b), category=SHAPE)
+def isub(a: int, b: int) -> int:
+    return a - b
+
+
+@register("imul", "a b", dtype=_index, shape=_binary_index(lambda ctx, a, b: a * b), category=SHAPE)
+def imul(a: int, b: int) -> int:
+    return a * b
+
+
+@register("ifloordiv", "a b", dtype=_index, shape=_binary_index(_floordiv), category=SHAPE)
+def ifloordiv(a: int, b: int) -> int:
+    return a // b
+
+
+@register("imax", "a b", dtype=_index, shape=_binary_index(_max_min(True)), category=SHAPE)
+def imax(a: int, b: int) -> int:
+    return max(a, b)
+
+
+@register("imin", "a b", dtype=_index, shape=_binary_index(_max_min(False)), category=SHAPE)
+def imin(a: int, b: int) -> int:
+    return min(a, b)

@@ -1,0 +1,193 @@
+"""The op registry: one ``OpSpec`` per op, read by every stage.
+
+Shape inference (``infer_type``), the verifier, the reference executor and the
+code generators all look an op up here, so adding an op is one registration:
+operands, attributes, dtype rule, symbolic shape rule, reference semantics and
+a category that fusion and codegen use to group ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from disc.ir.types import IndexType, TensorType, Type
+from disc.shape.expr import DimLike, SymExpr, as_expr
+
+if TYPE_CHECKING:
+    from disc.ir.graph import Graph, Node
+
+REQUIRED = object()
+
+# Categories group ops the way fusion and codegen see them.
+ELEMENTWISE = "elementwise"  # same-shape operands, pointwise (incl. compare/select/convert)
+BROADCAST = "broadcast"  # broadcast_in_dim, iota, constant: cheap producers
+SHAPE = "shape"  # index scalars of the shape computation
+MOVEMENT = "movement"  # reshape, transpose, slice, concat, pad, gather...
+REDUCTION = "reduction"  # reduce, argreduce
+LIBRARY = "library"  # dot_general, convolution: compute-bound, library calls
+WINDOW = "window"  # reduce_window (pooling)
+SOURCE = "source"  # input, constant
+
+
+class ShapeRuleError(ValueError):
+    """An op's operands break its shape rule (provably, at compile time)."""
+
+
+@dataclass
+class ShapeContext:
+    """What a shape rule may touch: the graph's constraints, for facts and fresh symbols."""
+
+    graph: "Graph"
+    op: str
+
+    @property
+    def constraints(self):
+        return self.graph.constraints
+
+    def equal(self, a: DimLike, b: DimLike, why: str) -> None:
+        """Op semantics need ``a == b``.
+
+        Proven: nothing to do. Provably different: a compile-time error.
+        Otherwise the equality is assumed, used by later proofs, and checked
+        when the program runs, so a violation is an error, never a wrong result.
+        """
+        c = self.constraints
+        if c.prove_equal(a, b):
+            return
+        if c.prove_not_equal(a, b):
+            raise ShapeRuleError(f"{self.op}: {why}: {a} != {b}")
+        c.assume(a, "==", b, f"{self.op}: {why}")
+
+    def check(self, cond: bool, message: str) -> None:
+        if not cond:
+            raise ShapeRuleError(f"{self.op}: {message}")
+
+    def new_symbol(self, source: str, **kw) -> SymExpr:
+        return self.constraints.new_symbol("s", source=source, **kw)
+
+    def normalize(self, d: DimLike) -> DimLike:
+        e = self.constraints.normalize(d)
+        return e.const_value if e.is_const else e
+
+
+DtypeRule = Callable[[Sequence[Type], Mapping[str, Any]], str]
+ShapeRule = Callable[[ShapeContext, Sequence[Type], Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    operands: tuple[str, ...]  # a leading "*" marks a variadic tail
+    attrs: Mapping[str, Any]  # name -> default, or REQUIRED
+    dtype_rule: DtypeRule  # result dtype, or "index" for shape scalars
+    shape_rule: ShapeRule  # result shape (tuple of dims), or the symbolic value for index results
+    reference: Callable[..., Any]  # torch semantics: (operand values..., **attrs) -> tensor | int
+    category: str
+    doc: str = ""
+    index_operands: tuple[int, ...] = field(default=())  # positions that must be index scalars (-1: all after)
+
+    @property
+    def variadic(self) -> bool:
+        return bool(self.operands) and self.operands[-1].startswith("*")
+
+    def full_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(attrs) - set(self.attrs)
+        if unknown:
+            raise ShapeRuleError(f"{self.name}: unknown attribute(s) {sorted(unknown)}")
+        out: dict[str, Any] = {}
+        for k, default in self.attrs.items():
+            if k in attrs:
+                out[k] = attrs[k]
+            elif default is REQUIRED:
+                raise ShapeRuleError(f"{self.name}: missing attribute {k!r}")
+            else:
+                out[k] = default
+        return out
+
+
+OPS: dict[str, OpSpec] = {}
+
+
+def register(
+    name: str,
+    operands: str,
+    *,
+    attrs: Mapping[str, Any] | None = None,
+    dtype: DtypeRule,
+    shape: ShapeRule,
+    category: str,
+    doc: str = "",
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering the decorated function as the op's reference semantics."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in OPS:
+            raise ValueError(f"op {name!r} registered twice")
+        OPS[name] = OpSpec(name, tuple(operands.split()), dict(attrs or {}), dtype, shape, fn, category, doc or (fn.__doc__ or "").strip())
+        return fn
+
+    return wrap
+
+
+def get_spec(op: str) -> OpSpec:
+    _ensure_loaded()
+    spec = OPS.get(op)
+    if spec is None:
+        raise KeyError(f"unknown op {op!r}")
+    return spec
+
+
+def _ensure_loaded() -> None:
+    # Importing the op modules fills OPS; done lazily to avoid import cycles.
+    import disc.ir.ops  # noqa: F401
+
+
+def infer_type(graph: "Graph", op: str, inputs: Sequence["Node"], attrs: Mapping[str, Any]) -> Type:
+    spec = get_spec(op)
+    if not spec.variadic and len(inputs) != len(spec.operands):
+        raise ShapeRuleError(f"{op}: expects {len(spec.operands)} operand(s) {spec.operands}, got {len(inputs)}")
+    if spec.variadic and len(inputs) < len(spec.operands) - 1:
+        raise ShapeRuleError(f"{op}: expects at least {len(spec.operands) - 1} operand(s), got {len(inputs)}")
+    full = spec.full_attrs(attrs)
+    types = [i.type for i in inputs]
+    ctx = ShapeContext(graph, op)
+    dtype = spec.dtype_rule(types, full)
+    result = spec.shape_rule(ctx, types, full)
+    if dtype == "index":
+        return IndexType(ctx.normalize(as_expr(result)))
+    return TensorType(dtype, tuple(ctx.normalize(d) for d in result))
+
+
+# -- small helpers shared by op modules ----------------------------------------------
+def tensor(t: Type, op: str, what: str = "operand") -> TensorType:
+    if not isinstance(t, TensorType):
+        raise ShapeRuleError(f"{op}: {what} must be a tensor, got {t}")
+    return t
+
+
+def index_value(t: Type, op: str, what: str = "size operand") -> DimLike:
+    if not isinstance(t, IndexType):
+        raise ShapeRuleError(f"{op}: {what} must be an index scalar, got {t}")
+    return t.value
+
+
+def same_dtype_as(i: int = 0) -> DtypeRule:
+    def rule(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
+        return tensor(types[i], "op").dtype
+
+    return rule
+
+
+def fixed_dtype(dtype: str) -> DtypeRule:
+    return lambda types, attrs: dtype
+
+
+def dtype_from_attr(name: str = "dtype") -> DtypeRule:
+    return lambda types, attrs: attrs[name]
+
+
+def normalize_axis(axis: int, rank: int, op: str) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeRuleError(f"{op}: axis {axis} out of range for rank {rank}")
+    return axis % rank if rank else 0
