@@ -19,13 +19,22 @@ Two families of questions have different names on purpose:
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import math
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
-from disc.shape.expr import DimLike, FloorDiv, SymExpr, Symbol, as_expr, monomial_gcd, simplify_dim
+from disc.shape.expr import DimLike, FloorDiv, Monomial, SymExpr, Symbol, as_expr, exact_divide, simplify_dim
 
 INF = float("inf")
+# Interval ends are exact ints, or +-inf (a float) when unbounded.
+Bound = Union[int, float]
+
+# Limits of the search that proves equalities from product equalities.
+_SEARCH_STATES = 200
+_SEARCH_TERMS = 24
 
 
 @dataclass
@@ -84,6 +93,7 @@ class ShapeConstraints:
     product_equalities: list[tuple[SymExpr, SymExpr]] = field(default_factory=list)
     checks: list[RuntimeCheck] = field(default_factory=list)
     _counter: itertools.count = field(default_factory=itertools.count, repr=False)
+    _revisiting: bool = field(default=False, repr=False, compare=False)
 
     # -- symbols ------------------------------------------------------------
     def new_symbol(
@@ -148,6 +158,16 @@ class ShapeConstraints:
             e = e.substitute(mapping)
         return e
 
+    def _roots(self, d: DimLike) -> SymExpr:
+        """Rewrite symbols to their union-find roots only, keeping defined symbols.
+
+        Facts recorded on a defined symbol (its range, divisor) stay true of
+        it, so bounds and divisibility also look at this form.
+        """
+        e = as_expr(d)
+        mapping = {s: SymExpr.symbol(self.find(s)) for s in e.symbols() if self.find(s) != s}
+        return e.substitute(mapping) if mapping else e
+
     # -- adding facts ------------------------------------------------------
     def add_equal(self, a: DimLike, b: DimLike) -> bool:
         """Record ``a == b`` (known from op semantics or the frontend).
@@ -158,9 +178,21 @@ class ShapeConstraints:
         ea, eb = self.normalize(a), self.normalize(b)
         if ea == eb:
             return True
-        diff = ea - eb
-        if diff.is_const:
+        if self._provably_nonzero(ea - eb):
             return False
+        # Cancel factors known to be nonzero: s0*s1 == s0*s2 with s0 >= 1 is s1 == s2.
+        ea, eb = self._cancel_nonzero(ea, eb)
+        if ea == eb:
+            return True
+        if self._orient(ea, eb):
+            self._revisit_products()
+            return True
+        if (ea, eb) not in self.product_equalities and (eb, ea) not in self.product_equalities:
+            self.product_equalities.append((ea, eb))
+        return True
+
+    def _orient(self, ea: SymExpr, eb: SymExpr) -> bool:
+        """Turn ``ea == eb`` (normalized) into a union or a definition when possible."""
         sa, sb = ea.as_symbol(), eb.as_symbol()
         if sa and sb:
             self._union(sa, sb)
@@ -171,13 +203,43 @@ class ShapeConstraints:
         if sb and sb not in ea.symbols():
             self._define(sb, ea)
             return True
-        if eb.is_const and ea.as_monomial() is None:
+        if (eb.is_const and ea.as_monomial() is None) or (ea.is_const and eb.as_monomial() is None):
             # A linear relation like s0 + s1 == 8: solve for a symbol with coefficient +-1.
-            solved = self._solve_linear(ea - eb)
-            if solved:
-                return True
-        self.product_equalities.append((ea, eb))
-        return True
+            return self._solve_linear(ea - eb)
+        return False
+
+    def _revisit_products(self) -> None:
+        """After a union or definition, product equalities may become trivial or orientable."""
+        if self._revisiting or not self.product_equalities:
+            return
+        self._revisiting = True
+        try:
+            changed = True
+            while changed:
+                changed = False
+                pending, self.product_equalities = self.product_equalities, []
+                for lhs, rhs in pending:
+                    nl, nr = self._cancel_nonzero(self.normalize(lhs), self.normalize(rhs))
+                    if nl == nr:
+                        continue  # now implied by unions and definitions
+                    if self._orient(nl, nr):
+                        changed = True
+                        continue
+                    self.product_equalities.append((lhs, rhs))
+        finally:
+            self._revisiting = False
+
+    def _cancel_nonzero(self, ea: SymExpr, eb: SymExpr) -> tuple[SymExpr, SymExpr]:
+        """Divide both sides by their common factor, keeping only atoms proven nonzero."""
+        coeff, atoms = _content([ea, eb])
+        atoms = [a for a in atoms if self._provably_nonzero(SymExpr.atom(a))]
+        if coeff == 1 and not atoms:
+            return ea, eb
+        g = SymExpr.from_terms({tuple(atoms): coeff})
+        qa, qb = exact_divide(ea, g), exact_divide(eb, g)
+        if qa is None or qb is None:  # cannot happen: g divides every term
+            return ea, eb
+        return qa, qb
 
     def _union(self, a: str, b: str) -> None:
         ra, rb = self.find(a), self.find(b)
@@ -220,14 +282,35 @@ class ShapeConstraints:
     def assume(self, lhs: DimLike, op: str, rhs: DimLike, reason: str) -> RuntimeCheck:
         """Record an assumption that the program checks at run time.
 
-        For ``==`` the equality is also used by later proofs, since the
-        program never proceeds past a failed check.
+        The program never proceeds past a failed check, so later proofs may
+        use the assumption: ``==`` becomes an equality; ``>=``, ``!=`` and
+        ``%`` between a symbol and a constant refine that symbol's range or
+        divisor.
         """
+        if op not in ("==", "!=", ">=", "%"):
+            raise ValueError(f"unknown runtime check operator {op!r}")
         check = RuntimeCheck(as_expr(lhs), op, as_expr(rhs), reason)
         if check not in self.checks:
             self.checks.append(check)
         if op == "==":
             self.add_equal(lhs, rhs)
+            return check
+        sym_l, sym_r = check.lhs.as_symbol(), check.rhs.as_symbol()
+        if op == ">=" and sym_l and check.rhs.is_const:
+            self.set_range(sym_l, lo=check.rhs.const_value)
+        elif op == ">=" and sym_r and check.lhs.is_const:
+            self.set_range(sym_r, hi=check.lhs.const_value)
+        elif op == "%" and sym_l and check.rhs.is_const and check.rhs.const_value != 0:
+            f = self._facts_of(sym_l)
+            k = abs(check.rhs.const_value)
+            f.divisor = f.divisor * k // _gcd(f.divisor, k)
+        elif op == "!=" and (sym_l and check.rhs.is_const or sym_r and check.lhs.is_const):
+            name, value = (sym_l, check.rhs.const_value) if sym_l else (sym_r, check.lhs.const_value)
+            f = self._facts_of(name)
+            if value == f.lo:
+                f.lo += 1
+            elif f.hi is not None and value == f.hi:
+                f.hi -= 1
         return check
 
     def assume_equal(self, a: DimLike, b: DimLike, reason: str) -> RuntimeCheck | None:
@@ -238,6 +321,13 @@ class ShapeConstraints:
             raise ValueError(f"cannot assume {a} == {b}: provably different ({reason})")
         return self.assume(a, "==", b, reason)
 
+    def _facts_of(self, name: str) -> SymbolFacts:
+        root = self.find(name)
+        if root not in self.facts:
+            self.facts[root] = SymbolFacts(root)
+            self.parent.setdefault(root, root)
+        return self.facts[root]
+
     # -- proofs -------------------------------------------------------------
     def prove_equal(self, a: DimLike, b: DimLike) -> bool:
         ea, eb = self.normalize(a), self.normalize(b)
@@ -246,18 +336,78 @@ class ShapeConstraints:
         return self._products_equal(ea, eb)
 
     def _products_equal(self, ea: SymExpr, eb: SymExpr) -> bool:
-        # Product equalities are compared after cancelling common factors,
-        # so s0*s1*k == s2*s3*k follows from s0*s1 == s2*s3.
-        target = _cancel_common(ea, eb)
+        """Prove ``ea == eb`` from the product equalities, by a bounded search.
+
+        The difference ``ea - eb`` is rewritten by steps that keep "it is zero"
+        equivalent or stronger, never weaker:
+
+        * subtract ``q * (lhs - rhs)`` of a known ``lhs == rhs`` (``q`` a
+          monomial chosen to cancel one term), after scaling by a nonzero
+          integer: zero-ness is unchanged;
+        * divide by a common monomial factor of all terms: if the quotient is
+          zero, so is the difference, whatever the factor's value.
+
+        Reaching ``0`` proves the equality. So ``s0*s1*k == s2*s3*k`` follows
+        from ``s0*s1 == s2*s3``, and chains ``a*b == c*d == e*f`` compose. The
+        facts themselves are never divided by a factor that may be zero
+        (``k*a == k*b`` does not give ``a == b`` when ``k`` may be 0).
+        """
+        if not self.product_equalities:
+            return False
+        rels: list[SymExpr] = []
         for lhs, rhs in self.product_equalities:
-            nl, nr = _cancel_common(self.normalize(lhs), self.normalize(rhs))
-            if target in ((nl, nr), (nr, nl)):
-                return True
+            rel = _primitive(self.normalize(lhs) - self.normalize(rhs), strip_atoms=False)
+            if rel.terms and rel not in rels:
+                rels.append(rel)
+        if not rels:
+            return False
+        start = _primitive(ea - eb, strip_atoms=True)
+        if not start.terms:
+            return True
+        tie = itertools.count()
+        heap = [(len(start.terms), next(tie), start)]
+        seen = {start}
+        while heap and len(seen) < _SEARCH_STATES:
+            _, _, d = heapq.heappop(heap)
+            for rel in rels:
+                for m, c in d.terms:
+                    for rm, rc in rel.terms:
+                        q = _mono_quotient(m, rm)
+                        if q is None:
+                            continue
+                        if c % rc == 0:
+                            nd = d - rel * SymExpr.from_terms({q: c // rc})
+                        else:
+                            nd = d * rc - rel * SymExpr.from_terms({q: c})
+                        nd = _primitive(nd, strip_atoms=True)
+                        if not nd.terms:
+                            return True
+                        if nd in seen or len(nd.terms) > _SEARCH_TERMS:
+                            continue
+                        seen.add(nd)
+                        heapq.heappush(heap, (len(nd.terms), next(tie), nd))
         return False
 
     def prove_not_equal(self, a: DimLike, b: DimLike) -> bool:
-        lo, hi = self.bounds(self.normalize(a) - self.normalize(b))
-        return lo > 0 or hi < 0
+        return self._provably_nonzero(self.normalize(a) - self.normalize(b))
+
+    def _provably_nonzero(self, e: SymExpr) -> bool:
+        """``e != 0`` for every value: from ranges, or from divisibility (``2*s + 1``)."""
+        if not e.terms:
+            return False
+        if e.is_const:
+            return True
+        lo, hi = self.bounds(e)
+        if lo > 0 or hi < 0:
+            return True
+        for form in self._forms(e):
+            g = 0
+            for m, c in form.terms:
+                if m != ():
+                    g = math.gcd(g, c * self._monomial_divisor(m))
+            if g > 1 and form.const_value % g != 0:
+                return True
+        return False
 
     def prove_same_shape(self, a: Sequence[DimLike], b: Sequence[DimLike]) -> bool:
         return len(a) == len(b) and all(self.prove_equal(x, y) for x, y in zip(a, b))
@@ -275,8 +425,7 @@ class ShapeConstraints:
         return self.bounds(self.normalize(a) - self.normalize(b))[0] >= 0
 
     def prove_nonzero(self, d: DimLike) -> bool:
-        lo, hi = self.bounds(self.normalize(d))
-        return lo > 0 or hi < 0
+        return self._provably_nonzero(self.normalize(d))
 
     def prove_not_one(self, d: DimLike) -> bool:
         return self.prove_not_equal(d, 1)
@@ -293,41 +442,73 @@ class ShapeConstraints:
         )
 
     def prove_divisible(self, d: DimLike, k: int) -> bool:
-        e = self.normalize(d)
-        return all(c % k == 0 or self._monomial_divisor(m) * c % k == 0 for m, c in e.terms)
+        """Every term is a multiple of ``k`` (coefficient times the symbols' known divisors)."""
+        if k == 0:
+            return self.prove_equal(d, 0)
+        k = abs(k)
+        if k == 1:
+            return True
+        return any(all(c * self._monomial_divisor(m) % k == 0 for m, c in form.terms) for form in self._forms(d))
 
-    def _monomial_divisor(self, m) -> int:
+    def _monomial_divisor(self, m: Monomial) -> int:
         out = 1
         for a in m:
             if isinstance(a, Symbol):
-                out *= self.facts[a.name].divisor if a.name in self.facts else 1
+                f = self.facts.get(self.find(a.name))
+                out *= f.divisor if f is not None else 1
         return out
 
+    def _forms(self, d: DimLike) -> list[SymExpr]:
+        """Equal forms of ``d`` whose facts may differ: fully normalized, and roots only."""
+        full, raw = self.normalize(d), self._roots(d)
+        return [full] if full == raw else [full, raw]
+
     # -- ranges --------------------------------------------------------------
-    def bounds(self, d: DimLike) -> tuple[float, float]:
-        """Interval bounds of an expression, from symbol ranges (never from values)."""
-        e = self.normalize(d)
-        lo_total: float = 0
-        hi_total: float = 0
+    def bounds(self, d: DimLike) -> tuple[Bound, Bound]:
+        """Interval bounds of an expression, from symbol ranges (never from values).
+
+        Sound: every value the expression takes when each symbol lies in its
+        range (and is a multiple of its divisor) is inside ``[lo, hi]``. Ends
+        are exact ints, or ``-inf`` / ``inf``. Both the normalized form and
+        the form that keeps defined symbols are bounded, and the intervals
+        intersected.
+        """
+        lo: Bound = -INF
+        hi: Bound = INF
+        for form in self._forms(d):
+            flo, fhi = self._interval(form)
+            lo, hi = max(lo, flo), min(hi, fhi)
+        return lo, hi
+
+    def _interval(self, e: SymExpr) -> tuple[Bound, Bound]:
+        lo_total: Bound = 0
+        hi_total: Bound = 0
         for m, c in e.terms:
-            lo, hi = 1.0, 1.0
-            for a in m:
-                alo, ahi = self._atom_bounds(a)
-                cands = [lo * alo, lo * ahi, hi * alo, hi * ahi]
-                cands = [0.0 if x != x else x for x in cands]  # 0*inf
-                lo, hi = min(cands), max(cands)
-            lo, hi = (c * lo, c * hi) if c >= 0 else (c * hi, c * lo)
+            lo: Bound = 1
+            hi: Bound = 1
+            for atom, power in Counter(m).items():
+                alo, ahi = self._atom_bounds(atom)
+                plo, phi = _pow_interval(alo, ahi, power)
+                lo, hi = _mul_interval(lo, hi, plo, phi)
+            lo, hi = (_mul(c, lo), _mul(c, hi)) if c > 0 else (_mul(c, hi), _mul(c, lo))
             lo_total += lo
             hi_total += hi
         return lo_total, hi_total
 
-    def _atom_bounds(self, a) -> tuple[float, float]:
+    def _atom_bounds(self, a) -> tuple[Bound, Bound]:
         if isinstance(a, Symbol):
             f = self.facts.get(self.find(a.name))
             if f is None:
-                return 0.0, INF
-            return float(f.lo), INF if f.hi is None else float(f.hi)
-        lo, hi = self.bounds(a.num)
+                return 0, INF
+            lo: Bound = f.lo
+            hi: Bound = INF if f.hi is None else f.hi
+            if f.divisor > 1:
+                # The value is a multiple of the divisor: round the ends inwards.
+                lo = -((-lo) // f.divisor) * f.divisor
+                if hi != INF:
+                    hi = (hi // f.divisor) * f.divisor
+            return lo, hi
+        lo, hi = self._interval(a.num)
         return (lo // a.den if lo != -INF else -INF), (hi // a.den if hi != INF else INF)
 
     def set_range(self, name: str, lo: int | None = None, hi: int | None = None) -> None:
@@ -353,11 +534,71 @@ class ShapeConstraints:
         return lines
 
 
-def _cancel_common(a: SymExpr, b: SymExpr) -> tuple[SymExpr, SymExpr]:
-    g = monomial_gcd(a, b)
-    if g == SymExpr.const(1):
-        return a, b
-    return a // g, b // g
+def _content(exprs: Iterable[SymExpr]) -> tuple[int, list]:
+    """Common factor of all terms: (gcd of coefficients, atoms every monomial contains)."""
+    coeff = 0
+    common: Counter | None = None
+    for e in exprs:
+        for m, c in e.terms:
+            coeff = math.gcd(coeff, c)
+            atoms = Counter(m)
+            common = atoms if common is None else common & atoms
+    if common is None:
+        return 1, []
+    return max(coeff, 1), sorted(common.elements(), key=lambda a: a.sort_key())
+
+
+def _primitive(e: SymExpr, *, strip_atoms: bool) -> SymExpr:
+    """``e`` divided by its integer content (and common atoms), leading coefficient positive.
+
+    ``e == 0`` iff the result is 0 when only the integer content is divided
+    out; dividing out atoms keeps "result == 0 implies e == 0".
+    """
+    if not e.terms:
+        return e
+    coeff, atoms = _content([e])
+    if not strip_atoms:
+        atoms = []
+    if e.terms[-1][1] < 0:
+        coeff = -coeff
+    if coeff == 1 and not atoms:
+        return e
+    q = exact_divide(e, SymExpr.from_terms({tuple(atoms): coeff}))
+    return e if q is None else q
+
+
+def _mono_quotient(m: Monomial, d: Monomial) -> Monomial | None:
+    """``m / d`` as monomials (multisets of atoms), or None if ``d`` does not divide ``m``."""
+    rest = list(m)
+    for a in d:
+        if a not in rest:
+            return None
+        rest.remove(a)
+    return tuple(rest)
+
+
+def _mul(x: Bound, y: Bound) -> Bound:
+    # 0 * inf is 0 here: a factor that is exactly 0 makes the product 0.
+    if x == 0 or y == 0:
+        return 0
+    return x * y
+
+
+def _mul_interval(alo: Bound, ahi: Bound, blo: Bound, bhi: Bound) -> tuple[Bound, Bound]:
+    cands = [_mul(alo, blo), _mul(alo, bhi), _mul(ahi, blo), _mul(ahi, bhi)]
+    return min(cands), max(cands)
+
+
+def _pow_interval(lo: Bound, hi: Bound, k: int) -> tuple[Bound, Bound]:
+    if k == 1:
+        return lo, hi
+    if lo >= 0:
+        return lo**k, hi**k
+    if hi <= 0:
+        return (hi**k, lo**k) if k % 2 == 0 else (lo**k, hi**k)
+    if k % 2 == 0:
+        return 0, max(lo**k, hi**k)
+    return lo**k, hi**k
 
 
 def _gcd(a: int, b: int) -> int:

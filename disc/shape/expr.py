@@ -183,21 +183,16 @@ class SymExpr:
             return SymExpr.from_terms({m: c // den for m, c in self.terms})
         if self.is_const:
             return SymExpr.const(self.const_value // den)
-        # Pull out terms that divide exactly: (den*k*x + r) // den == k*x + r // den.
-        exact = {m: c // den for m, c in self.terms if c % den == 0}
-        rest = {m: c for m, c in self.terms if c % den != 0}
-        # Keep the constant remainder canonical in [0, den) so (x+5)//4 == (x+1)//4 + 1.
-        if () in rest:
-            q, r = divmod(rest[()], den)
-            exact[()] = exact.get((), 0) + q
-            rest[()] = r
-        rest_expr = SymExpr.from_terms(rest)
-        if rest_expr.is_const:
-            return SymExpr.from_terms(exact) + rest_expr.const_value // den
-        return SymExpr.from_terms(exact) + SymExpr.atom(FloorDiv(rest_expr, den))
+        return _floordiv_const(self, den)
+
+    def __rfloordiv__(self, other: "DimLike") -> "SymExpr":
+        return as_expr(other) // self
 
     def __mod__(self, other: "DimLike") -> "SymExpr":
         return self - (self // other) * other
+
+    def __rmod__(self, other: "DimLike") -> "SymExpr":
+        return as_expr(other) % self
 
     def ceildiv(self, other: int) -> "SymExpr":
         return (self + (other - 1)) // other
@@ -233,7 +228,10 @@ class SymExpr:
         # Print non-constant terms first so "s0 + 1" reads naturally.
         ordered = [t for t in self.terms if t[0] != ()] + [t for t in self.terms if t[0] == ()]
         for i, (m, c) in enumerate(ordered):
-            body = "*".join(str(a) for a in m)
+            # A floor division is parenthesised inside a product: "3*(x//2)",
+            # because the parser reads "3*x//2" left to right as (3*x)//2.
+            lone = len(m) == 1 and abs(c) == 1
+            body = "*".join(str(a) if isinstance(a, Symbol) or lone else f"({a})" for a in m)
             if not body:
                 text = str(abs(c))
             elif abs(c) == 1:
@@ -251,6 +249,48 @@ class SymExpr:
 
 
 DimLike = Union[int, SymExpr]
+
+
+def _floordiv_const(num: SymExpr, den: int) -> SymExpr:
+    """Canonical ``num // den`` for a constant ``den > 1`` and non-constant ``num``.
+
+    Every step is an identity of floor division over the integers (all atoms
+    are integer valued), so the result equals ``num // den`` at every point:
+
+    * ``(den*q*m + r*m + ...) // den == q*m + (r*m + ...) // den`` for each
+      term: coefficients (and the constant) of the remainder lie in ``[0, den)``;
+    * ``(g*a) // (g*b) == a // b``: the gcd of the remainder's coefficients
+      and ``den`` is cancelled;
+    * ``(n//a + p) // b == (n + a*p) // (a*b)`` for integer ``p``: a nested
+      floor division is absorbed when it is the only one in the remainder
+      and has coefficient 1 (so the choice is unique and the form canonical).
+    """
+    exact: dict[Monomial, int] = {}
+    rest: dict[Monomial, int] = {}
+    for m, c in num.terms:
+        q, r = divmod(c, den)
+        if q:
+            exact[m] = q
+        if r:
+            rest[m] = r
+    quotient = SymExpr.from_terms(exact)
+    if not rest or (len(rest) == 1 and () in rest):
+        return quotient  # the remainder lies in [0, den): its quotient is 0
+    g = den
+    for c in rest.values():
+        g = math.gcd(g, c)
+    if g > 1:
+        rest = {m: c // g for m, c in rest.items()}
+        den //= g
+    if den == 1:
+        return quotient + SymExpr.from_terms(rest)
+    with_div = [m for m in rest if any(isinstance(a, FloorDiv) for a in m)]
+    if len(with_div) == 1 and len(with_div[0]) == 1 and rest[with_div[0]] == 1:
+        inner = with_div[0][0]
+        assert isinstance(inner, FloorDiv)
+        others = SymExpr.from_terms({m: c for m, c in rest.items() if m != with_div[0]})
+        return quotient + (inner.num + others * inner.den) // (inner.den * den)
+    return quotient + SymExpr.atom(FloorDiv(SymExpr.from_terms(rest), den))
 
 
 def as_expr(d: DimLike) -> SymExpr:

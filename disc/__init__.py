@@ -1,0 +1,34 @@
+"""disc: a dynamic-shape deep-learning compiler. Compile once, run at any shape.
+
+Importing disc registers the torch.compile backend ``"disc"``.
+"""
+
+from disc.api import CompiledModule, CompileReport, clear_reports, compile, explain, reports
+from disc.errors import CompileError, DiscError, InputError, ShapeError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "compile",
+    "explain",
+    "reports",
+    "clear_reports",
+    "CompiledModule",
+    "CompileReport",
+    "DiscError",
+    "ShapeError",
+    "InputError",
+    "CompileError",
+]
+
+
+def _register_backend() -> None:
+    try:
+        from disc.frontends.torch.dynamo import register
+
+        register()
+    except ImportError:  # torch without dynamo: disc.compile still works
+        pass
+
+
+_register_backend()

@@ -1,0 +1,208 @@
+"""The user API: ``disc.compile``, ``disc.explain``, ``disc.reports``.
+
+``compile`` captures a module once with symbolic dims, optimises the IR and
+returns a ``CompiledModule`` that runs at any shape satisfying the
+constraints, without recompiling.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from disc.errors import CompileError
+from disc.ir.graph import Graph
+from disc.ir.printer import print_graph
+from disc.runtime.checks import check_inputs
+from disc.runtime.reference import ReferenceExecutor
+from disc.shape.expr import parse_expr
+
+Constraints = Mapping[str, Any] | Sequence[str]
+
+
+@dataclass
+class CompileReport:
+    """What one compilation produced: IR, constraints, fallbacks, timing."""
+
+    name: str
+    source: str  # "disc.compile" or "torch.compile"
+    graph: Graph
+    fallbacks: dict[str, int]
+    compile_seconds: float
+    hints: dict[str, int] = field(default_factory=dict)
+    calls: int = 0
+
+    def text(self) -> str:
+        g = self.graph
+        lines = [f"== disc: {self.name} (via {self.source}) =="]
+        lines.append(f"compiled in {self.compile_seconds:.2f}s; calls so far: {self.calls}")
+        if self.hints:
+            lines.append("trace hints (dims grown off 0/1 so nothing specialises): " + ", ".join(f"{k}={v}" for k, v in self.hints.items()))
+        lines.append("")
+        lines.append("-- constraints --")
+        lines += ["  " + ln for ln in g.constraints.describe()] or ["  (none)"]
+        lines.append("")
+        lines.append("-- fallbacks (run by PyTorch) --")
+        if self.fallbacks:
+            lines += [f"  {target}: {count}" for target, count in sorted(self.fallbacks.items())]
+        else:
+            lines.append("  none: every op is compiled")
+        counts = g.op_counts()
+        lines.append("")
+        lines.append("-- op counts --")
+        lines.append("  " + ", ".join(f"{op}={n}" for op, n in sorted(counts.items())))
+        lines.append("")
+        lines.append("-- IR --")
+        lines.append(print_graph(g))
+        return "\n".join(lines)
+
+
+_REPORTS: list[CompileReport] = []
+_REPORTS_LOCK = threading.Lock()
+
+
+def record_report(report: CompileReport) -> None:
+    with _REPORTS_LOCK:
+        _REPORTS.append(report)
+
+
+def reports() -> list[CompileReport]:
+    """Every compilation made in this process (disc.compile and torch.compile)."""
+    with _REPORTS_LOCK:
+        return list(_REPORTS)
+
+
+def clear_reports() -> None:
+    with _REPORTS_LOCK:
+        _REPORTS.clear()
+
+
+class CompiledModule:
+    """A compiled program. Stateless across calls: safe to call from several threads."""
+
+    def __init__(self, report: CompileReport, executor: ReferenceExecutor, input_names: list[str], out_spec: Any) -> None:
+        self.report = report
+        self.executor = executor
+        self.input_names = input_names
+        self.out_spec = out_spec
+
+    @property
+    def graph(self) -> Graph:
+        return self.report.graph
+
+    @property
+    def num_compilations(self) -> int:
+        """Always 1: a CompiledModule never recompiles, whatever the shapes."""
+        return 1
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from disc.frontends.torch.export import unflatten_outputs
+
+        tensors = list(args)
+        for name in self.input_names[len(args) :]:
+            if name not in kwargs:
+                from disc.errors import InputError
+
+                raise InputError(f"missing input {name!r}; inputs are {self.input_names}")
+            tensors.append(kwargs.pop(name))
+        if kwargs:
+            from disc.errors import InputError
+
+            raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
+        check_inputs(self.graph, self.input_names, tensors)
+        self.report.calls += 1
+        with torch.no_grad():
+            outs = self.executor.run(tensors)
+        return unflatten_outputs(self.out_spec, outs)
+
+
+def compile(
+    model: torch.nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    dynamic: Mapping[str, Mapping[int, str]] | None = None,
+    constraints: Constraints | None = None,
+) -> CompiledModule:
+    """Compile ``model`` once for every shape.
+
+    ``dynamic`` names the dynamic dims per input: ``{"ids": {0: "batch", 1: "seq"}}``;
+    inputs sharing a name share the dim. Other dims are static.
+    ``constraints`` adds user facts: ``{"seq": {"min": 1, "max": 512, "multiple_of": 8}}``
+    or expressions such as ``["seq == 2*half"]`` (checked at every call).
+    """
+    from disc.frontends.torch.export import capture
+    from disc.passes.pipeline import run_pipeline
+
+    if not isinstance(model, torch.nn.Module):
+        raise CompileError(f"disc.compile expects a torch.nn.Module, got {type(model).__name__}")
+    start = time.perf_counter()
+    ranges, facts = _split_constraints(constraints)
+    captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
+    graph = captured.importer.graph
+    _apply_user_facts(graph, facts, ranges)
+    graph = run_pipeline(graph)
+    executor = ReferenceExecutor(graph, captured.importer.fallbacks)
+    report = CompileReport(
+        name=type(model).__name__,
+        source="disc.compile",
+        graph=graph,
+        fallbacks=dict(captured.importer.fallback_counts),
+        compile_seconds=time.perf_counter() - start,
+        hints=captured.hints,
+    )
+    record_report(report)
+    return CompiledModule(report, executor, captured.input_names, captured.out_spec)
+
+
+def _split_constraints(constraints: Constraints | None) -> tuple[dict[str, tuple[int | None, int | None]], list[Any]]:
+    ranges: dict[str, tuple[int | None, int | None]] = {}
+    facts: list[Any] = []
+    if constraints is None:
+        return ranges, facts
+    if isinstance(constraints, Mapping):
+        for name, spec in constraints.items():
+            unknown = set(spec) - {"min", "max", "multiple_of"}
+            if unknown:
+                raise CompileError(f"constraint for {name!r}: unknown key(s) {sorted(unknown)}; use min, max, multiple_of")
+            ranges[name] = (spec.get("min"), spec.get("max"))
+            if spec.get("multiple_of"):
+                facts.append((name, int(spec["multiple_of"])))
+        return ranges, facts
+    for text in constraints:
+        lhs, sep, rhs = str(text).partition("==")
+        if not sep:
+            raise CompileError(f"constraint {text!r}: expected 'lhs == rhs'")
+        facts.append((parse_expr(lhs), parse_expr(rhs)))
+    return ranges, facts
+
+
+def _apply_user_facts(g: Graph, facts: list[Any], ranges: Mapping[str, Any]) -> None:
+    c = g.constraints
+    for name in ranges:
+        if name not in c.facts:
+            raise CompileError(f"constraint names dim {name!r}, which is not a dynamic dim ({sorted(c.facts)})")
+    for lhs, rhs in facts:
+        if isinstance(rhs, int) and isinstance(lhs, str):
+            c.facts[c.find(lhs)].divisor = rhs
+            continue
+        unknown = (lhs.symbols() | rhs.symbols()) - set(c.facts)
+        if unknown:
+            raise CompileError(f"constraint {lhs} == {rhs} names unknown dim(s) {sorted(unknown)}")
+        c.assume(lhs, "==", rhs, "user constraint")
+
+
+def explain(obj: Any = None) -> str:
+    """A readable account: IR with symbolic dims, constraints, fallbacks, compilations."""
+    if isinstance(obj, CompiledModule):
+        return obj.report.text()
+    if isinstance(obj, CompileReport):
+        return obj.text()
+    rs = reports()
+    if not rs:
+        return "disc: nothing compiled in this process yet"
+    header = f"disc: {len(rs)} compilation(s) in this process"
+    return "\n\n".join([header] + [r.text() for r in rs])

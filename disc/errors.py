@@ -1,0 +1,19 @@
+"""Errors a user of disc can catch. Each message names the input, the dim and the rule."""
+
+from __future__ import annotations
+
+
+class DiscError(Exception):
+    """Base class of disc's errors."""
+
+
+class ShapeError(DiscError, ValueError):
+    """An input (or a value computed from inputs) breaks a compiled shape constraint."""
+
+
+class InputError(DiscError, TypeError):
+    """Wrong number of inputs, dtype, rank or device."""
+
+
+class CompileError(DiscError):
+    """The model could not be captured or compiled."""

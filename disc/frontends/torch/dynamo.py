@@ -1,0 +1,152 @@
+"""Plug-in mode: ``torch.compile(model, backend="disc", dynamic=True)``.
+
+Dynamo captures the frame, AOTAutograd decomposes it to core ATen with
+SymInt sizes, and disc imports that graph exactly like an exported one. If
+anything about a graph cannot be compiled, the backend returns the graph to
+PyTorch to run as is (and says so in ``disc.explain``): plug-in mode never
+breaks a model.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from disc.frontends.torch.importer import InputSpec, import_fx
+
+
+def _user_name(placeholder: str) -> str:
+    # Dynamo names inputs like L_input_ids_ or l_self_modules_...; keep the readable part.
+    name = placeholder
+    for prefix in ("L_", "l_"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    return name.rstrip("_") or placeholder
+
+
+def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
+    """The torch.compile backend (registered as ``"disc"``)."""
+    from torch._decomp import core_aten_decompositions
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    user_names = [_user_name(n.target) for n in gm.graph.nodes if n.op == "placeholder"]
+    params = dict(gm.named_parameters(remove_duplicate=False))
+    buffers = dict(gm.named_buffers(remove_duplicate=False))
+    n_state = len(params) + len(buffers)
+    state_values = list(params.values()) + list(buffers.values())
+    start = time.perf_counter()
+
+    def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
+        try:
+            return _compile_aten(fx_gm, fx_inputs, user_names, state_values, n_state, start)
+        except Exception as e:  # never break the user's model: run this graph in PyTorch
+            _record_failure(gm, e, start)
+            return _boxed(fx_gm)
+
+    return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw_compiler, decompositions=core_aten_decompositions())
+
+
+def _boxed(fx_gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(fx_gm.forward)
+
+
+def _compile_aten(
+    fx_gm: torch.fx.GraphModule,
+    fx_inputs: Sequence[Any],
+    user_names: list[str],
+    state_values: list[torch.Tensor],
+    n_state: int,
+    start: float,
+) -> Callable[..., Any]:
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    from disc.api import CompileReport, record_report
+    from disc.passes.pipeline import run_pipeline
+    from disc.runtime.reference import ReferenceExecutor
+
+    placeholders = [n for n in fx_gm.graph.nodes if n.op == "placeholder"]
+    # Inference graphs from AOTAutograd lift parameters and buffers first; they
+    # become constants when nothing requires grad (training keeps them inputs).
+    as_constants = not torch.is_grad_enabled() or not any(t.requires_grad for t in state_values)
+    constants: dict[str, torch.Tensor] = {}
+    if as_constants and len(placeholders) >= n_state:
+        for node, value in zip(placeholders[:n_state], state_values):
+            constants[node.target] = value.detach()
+    specs: list[InputSpec] = []
+    user_iter = iter(user_names)
+    tensor_positions: list[int] = []
+    for pos, (node, val) in enumerate(zip(placeholders, fx_inputs)):
+        if node.target in constants:
+            continue
+        if not isinstance(val, torch.Tensor):
+            continue  # SymInt sizes: recomputed by disc from tensor dims
+        name = next(user_iter, node.target) if pos >= n_state else node.target
+        dims = {axis: str(d.node.expr) for axis, d in enumerate(val.shape) if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
+        specs.append(InputSpec(name, dims))
+        tensor_positions.append(pos)
+    importer = import_fx(fx_gm, specs, constants, name="dynamo_graph")
+    graph = run_pipeline(importer.graph)
+    executor = ReferenceExecutor(graph, importer.fallbacks)
+    report = CompileReport(
+        name=f"torch.compile graph {len(_reports_from_dynamo()) + 1}",
+        source="torch.compile",
+        graph=graph,
+        fallbacks=dict(importer.fallback_counts),
+        compile_seconds=time.perf_counter() - start,
+    )
+    record_report(report)
+    names = [s.name for s in specs]
+
+    from disc.runtime.checks import check_inputs
+
+    def run(*args: Any) -> list[torch.Tensor]:
+        tensors = [args[p] for p in tensor_positions]
+        check_inputs(graph, names, tensors)
+        report.calls += 1
+        with torch.no_grad():
+            return executor.run(tensors)
+
+    return make_boxed_func(run)
+
+
+def _reports_from_dynamo() -> list[Any]:
+    from disc.api import reports
+
+    return [r for r in reports() if r.source == "torch.compile"]
+
+
+def _record_failure(gm: torch.fx.GraphModule, error: Exception, start: float) -> None:
+    from disc.api import CompileReport, record_report
+    from disc.ir.graph import Graph
+
+    report = CompileReport(
+        name=f"torch.compile graph (NOT compiled: {type(error).__name__}: {error})",
+        source="torch.compile",
+        graph=Graph(name="not_compiled"),
+        fallbacks={"<whole graph>": 1},
+        compile_seconds=time.perf_counter() - start,
+    )
+    report.hints = {}
+    record_report(report)
+    if __debug__ and _debug():
+        traceback.print_exception(error)
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("DISC_DEBUG", "") not in ("", "0")
+
+
+def register() -> None:
+    """Register ``"disc"`` with dynamo (also done by the torch_dynamo_backends entry point)."""
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+    if "disc" not in _BACKENDS or _BACKENDS.get("disc") is None:
+        register_backend(name="disc")(disc_backend)

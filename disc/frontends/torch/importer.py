@@ -1,0 +1,316 @@
+"""FX (core ATen) graph -> disc IR.
+
+The importer walks an ATen-level FX graph (from ``torch.export`` or from the
+torch.compile backend), maps torch's shape symbols onto disc symbols, turns
+SymInt arithmetic into shape-computation ops, and lowers each op through the
+table in ``lowering.py``. Ops without a lowering become ``torch_fallback``
+nodes: they run in PyTorch, are listed by ``disc.explain``, and never crash
+the import.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+import torch.fx
+
+from disc.ir.graph import Graph, Node
+from disc.ir.registry import ShapeRuleError
+from disc.ir.types import TensorType, dtype_of_torch
+from disc.shape.expr import DimLike, SymExpr, as_expr, simplify_dim
+
+
+class LoweringError(Exception):
+    """A node cannot be lowered (it becomes a fallback)."""
+
+
+@dataclass
+class InputSpec:
+    """How a graph input maps onto disc: its name and per-axis symbolic dim names."""
+
+    name: str
+    dims: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Fallback:
+    """One op that runs in PyTorch: the target and how to rebuild its arguments."""
+
+    target: Any
+    args: Any  # the original args with disc Nodes replaced by _Slot(i)
+    kwargs: Any
+    output_index: int | None
+
+    def call(self, values: Sequence[Any]) -> torch.Tensor:
+        args = _fill(self.args, values)
+        kwargs = _fill(self.kwargs, values)
+        out = self.target(*args, **kwargs)
+        return out[self.output_index] if self.output_index is not None else out
+
+
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+
+
+def _fill(tree: Any, values: Sequence[Any]) -> Any:
+    if isinstance(tree, _Slot):
+        return values[tree.index]
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_fill(x, values) for x in tree)
+    if isinstance(tree, dict):
+        return {k: _fill(v, values) for k, v in tree.items()}
+    return tree
+
+
+class Importer:
+    """Holds the state of one import; ``lowering.py`` functions receive it as ``ctx``."""
+
+    def __init__(self, name: str = "main") -> None:
+        self.graph = Graph(name=name)
+        self.symbols: dict[sympy.Symbol, SymExpr] = {}
+        self.index_cache: dict[SymExpr, Node] = {}
+        self.fallbacks: dict[str, Fallback] = {}
+        self.fallback_counts: dict[str, int] = {}
+        self.env: dict[torch.fx.Node, Any] = {}
+
+    # -- symbols and index values -------------------------------------------------------
+    def sym_to_expr(self, s: Any) -> DimLike:
+        """A torch size (int, SymInt or sympy expression) as a disc dim."""
+        if isinstance(s, int):
+            return s
+        if isinstance(s, torch.SymInt):
+            expr = s.node.expr
+        else:
+            expr = s
+        return simplify_dim(self._sympy(sympy.sympify(expr)))
+
+    def _sympy(self, e: sympy.Expr) -> SymExpr:
+        if e.is_Integer:
+            return SymExpr.const(int(e))
+        if e.is_Symbol:
+            if e not in self.symbols:
+                self.symbols[e] = self.graph.constraints.new_symbol("u", source=f"torch symbol {e}")
+            return self.symbols[e]
+        if isinstance(e, sympy.Add):
+            out = SymExpr.const(0)
+            for a in e.args:
+                out = out + self._sympy(a)
+            return out
+        if isinstance(e, sympy.Mul):
+            out = SymExpr.const(1)
+            for a in e.args:
+                out = out * self._sympy(a)
+            return out
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
+            out = SymExpr.const(1)
+            for _ in range(int(e.exp)):
+                out = out * self._sympy(e.base)
+            return out
+        name = type(e).__name__
+        if name == "FloorDiv" and e.args[1].is_Integer:
+            return self._sympy(e.args[0]) // int(e.args[1])
+        # Anything else (Max, CeilToInt, ...): a fresh symbol, computed at run time
+        # by the op that produces the tensor.
+        key = sympy.Symbol(f"__expr_{e}")
+        if key not in self.symbols:
+            self.symbols[key] = self.graph.constraints.new_symbol("u", source=f"torch expression {e}")
+        return self.symbols[key]
+
+    def index(self, d: DimLike) -> Node:
+        """An index node with value ``d``, built from known index values by arithmetic."""
+        c = self.graph.constraints
+        e = c.normalize(as_expr(d))
+        if e in self.index_cache:
+            return self.index_cache[e]
+        if e.is_const:
+            node = self.graph.add("index_const", (), {"value": e.const_value})
+        else:
+            node = self._materialize(e)
+        self.index_cache[e] = node
+        return node
+
+    def _materialize(self, e: SymExpr) -> Node:
+        total: Node | None = None
+        for mono, coeff in e.terms:
+            term = self.index(SymExpr.const(abs(coeff))) if (abs(coeff) != 1 or not mono) else None
+            for atom in mono:
+                a = self._atom(atom)
+                term = a if term is None else self.graph.add("imul", (term, a))
+            assert term is not None
+            if total is None:
+                total = term if coeff > 0 else self.graph.add("isub", (self.index(0), term))
+            else:
+                total = self.graph.add("iadd" if coeff > 0 else "isub", (total, term))
+        assert total is not None
+        return total
+
+    def _atom(self, atom: Any) -> Node:
+        from disc.shape.expr import FloorDiv
+
+        if isinstance(atom, FloorDiv):
+            return self.graph.add("ifloordiv", (self.index(atom.num), self.index(atom.den)))
+        e = SymExpr.symbol(atom.name)
+        if e in self.index_cache:
+            return self.index_cache[e]
+        raise LoweringError(f"no value in the program computes symbol {atom.name}")
+
+    def register_dims(self, node: Node) -> None:
+        """Make every symbolic dim of ``node`` available as an index value."""
+        for axis, d in enumerate(node.shape):
+            if isinstance(d, SymExpr):
+                e = self.graph.constraints.normalize(d)
+                if e not in self.index_cache and e.as_symbol():
+                    self.index_cache[e] = self.graph.add("dim", (node,), {"axis": axis})
+
+    def sizes(self, dims: Sequence[DimLike]) -> list[Node]:
+        return [self.index(d) for d in dims]
+
+    # -- fallback -----------------------------------------------------------------------
+    def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any:
+        """Run ``fx_node`` in PyTorch: one ``torch_fallback`` node per tensor result."""
+        operands: list[Node] = []
+
+        def slot(v: Any) -> Any:
+            if isinstance(v, torch.fx.Node):
+                val = self.env[v]
+                if isinstance(val, Node):
+                    operands.append(val)
+                    return _Slot(len(operands) - 1)
+                if isinstance(val, (list, tuple)):
+                    return type(val)(slot_value(x) for x in val)
+                return val
+            if isinstance(v, (list, tuple)):
+                return type(v)(slot(x) for x in v)
+            if isinstance(v, dict):
+                return {k: slot(x) for k, x in v.items()}
+            return v
+
+        def slot_value(x: Any) -> Any:
+            if isinstance(x, Node):
+                operands.append(x)
+                return _Slot(len(operands) - 1)
+            return x
+
+        args, kwargs = slot(fx_node.args), slot(dict(fx_node.kwargs))
+        target_name = str(fx_node.target)
+        self.fallback_counts[target_name] = self.fallback_counts.get(target_name, 0) + 1
+        val = fx_node.meta.get("val")
+        outs = list(val) if isinstance(val, (list, tuple)) else [val]
+        results: list[Any] = []
+        for i, v in enumerate(outs):
+            if not isinstance(v, torch.Tensor):
+                results.append(None)
+                continue
+            key = f"{fx_node.name}" + (f"#{i}" if isinstance(val, (list, tuple)) else "")
+            self.fallbacks[key] = Fallback(fx_node.target, args, kwargs, i if isinstance(val, (list, tuple)) else None)
+            # Result dims come from torch's meta; data-dependent ones are fresh symbols.
+            shape = tuple(self.sym_to_expr(d) for d in v.shape)
+            node = self.graph.add(
+                "torch_fallback",
+                operands,
+                {"call": key, "target": target_name, "reason": reason, "dtype": dtype_of_torch(v.dtype), "shape": _shape_attr(shape)},
+            )
+            self.register_dims(node)
+            results.append(node)
+        return results if isinstance(val, (list, tuple)) else results[0]
+
+
+def _shape_attr(shape: Sequence[DimLike]) -> tuple[str, ...]:
+    return tuple(str(d) for d in shape)
+
+
+LoweringFn = Callable[..., Any]
+
+
+def import_fx(
+    gm: torch.fx.GraphModule,
+    inputs: Sequence[InputSpec],
+    constants: dict[str, torch.Tensor],
+    *,
+    name: str = "main",
+    symbol_hints: dict[Any, str] | None = None,
+) -> Importer:
+    """Import an ATen FX graph.
+
+    ``inputs`` names the user inputs in placeholder order; placeholders listed
+    in ``constants`` (parameters, buffers, lifted constants) become constants.
+    """
+    from disc.frontends.torch.lowering import LOWERINGS, SYMINT_OPS
+
+    imp = Importer(name)
+    g = imp.graph
+    user_inputs = iter(inputs)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if node.target in constants:
+                imp.env[node] = g.add_constant(constants[node.target], _clean(node.target))
+                continue
+            val = node.meta.get("val")
+            if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+                # A SymInt graph input (torch.compile passes sizes separately).
+                imp.env[node] = imp.index(imp.sym_to_expr(val))
+                continue
+            spec = next(user_inputs)
+            imp.env[node] = _add_input(imp, spec, val)
+        elif node.op == "get_attr":
+            imp.env[node] = g.add_constant(getattr(gm, node.target), _clean(node.target))
+        elif node.op == "call_function":
+            args = torch.fx.node.map_arg(node.args, lambda n: imp.env[n])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: imp.env[n])
+            if node.target in SYMINT_OPS:
+                imp.env[node] = SYMINT_OPS[node.target](imp, *args)
+                continue
+            if node.target is operator.getitem:
+                imp.env[node] = args[0][args[1]]
+                continue
+            fn = LOWERINGS.get(node.target) or LOWERINGS.get(getattr(node.target, "overloadpacket", None))
+            if fn is None:
+                imp.env[node] = imp.fallback(node, "no lowering")
+                continue
+            try:
+                imp.env[node] = fn(imp, node, *args, **kwargs)
+            except (LoweringError, ShapeRuleError, NotImplementedError) as e:
+                imp.env[node] = imp.fallback(node, str(e))
+        elif node.op == "output":
+            outs = node.args[0]
+            flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            g.outputs = [imp.env[o] if isinstance(imp.env.get(o), Node) else _as_output(imp, imp.env[o]) for o in flat]
+    return imp
+
+
+def _as_output(imp: Importer, v: Any) -> Node:
+    if isinstance(v, Node):
+        return v
+    raise LoweringError(f"graph output {v!r} is not a tensor")
+
+
+def _clean(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def _add_input(imp: Importer, spec: InputSpec, val: Any) -> Node:
+    if not isinstance(val, torch.Tensor):
+        raise LoweringError(f"input {spec.name!r} is not a tensor ({type(val).__name__})")
+    c = imp.graph.constraints
+    dims: list[DimLike] = []
+    for axis, size in enumerate(val.shape):
+        if axis in spec.dims:
+            sym = c.new_symbol(name=spec.dims[axis], lo=0, source=f"input '{spec.name}' dim {axis}")
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                prev = imp.symbols.get(size.node.expr)
+                if prev is not None and prev != sym:
+                    c.add_equal(prev, sym)
+                imp.symbols.setdefault(size.node.expr, sym)
+            dims.append(sym)
+        elif isinstance(size, torch.SymInt):
+            dims.append(imp.sym_to_expr(size))
+        else:
+            dims.append(int(size))
+    node = imp.graph.add_input(spec.name, TensorType(dtype_of_torch(val.dtype), tuple(dims)))
+    imp.register_dims(node)
+    return node

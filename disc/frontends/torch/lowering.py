@@ -1,0 +1,359 @@
+"""Lowering table: core ATen op -> disc IR, one entry per op.
+
+Each function receives the importer (``ctx``), the FX node (for torch's meta:
+result dtype, original shapes) and the op's arguments with FX nodes replaced
+by disc values (``Node`` for tensors and index scalars, Python numbers
+otherwise). Broadcasting and dtype promotion are made explicit here, so disc
+ops themselves always see same-shape, same-dtype operands.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from disc.frontends.torch.importer import Importer, LoweringError
+from disc.ir.graph import Node
+from disc.ir.types import dtype_of_torch
+from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
+
+aten = torch.ops.aten
+LOWERINGS: dict[Any, Callable[..., Any]] = {}
+SYMINT_OPS: dict[Any, Callable[..., Any]] = {}
+
+INT64_MAX = 9223372036854775807
+
+
+def lower(*targets: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for t in targets:
+            LOWERINGS[t] = fn
+        return fn
+
+    return wrap
+
+
+# -- helpers ---------------------------------------------------------------------------
+def meta_dtype(fx_node: torch.fx.Node) -> str:
+    val = fx_node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        val = val[0]
+    return dtype_of_torch(val.dtype)
+
+
+def meta_of(v: Any) -> Any:
+    return v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+
+
+def scalar(ctx: Importer, value: Any, dtype: str) -> Node:
+    if isinstance(value, Node):
+        return convert(ctx, value, dtype)
+    if dtype == "i1":
+        value = bool(value)
+    elif dtype.startswith("f") or dtype == "bf16":
+        value = float(value)
+    else:
+        value = int(value)
+    return ctx.graph.add("constant", (), {"value": value, "dtype": dtype})
+
+
+def convert(ctx: Importer, x: Node, dtype: str) -> Node:
+    if x.is_index:
+        x = ctx.graph.add("index_to_tensor", (x,), {"dtype": "i64"})
+    return x if x.dtype == dtype else ctx.graph.add("convert", (x,), {"dtype": dtype})
+
+
+def broadcast_shapes(ctx: Importer, shapes: Sequence[Sequence[DimLike]]) -> tuple[DimLike, ...]:
+    """Numpy broadcasting over symbolic dims, decided by proofs only."""
+    c = ctx.graph.constraints
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[DimLike] = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        chosen: DimLike = 1
+        for d in dims:
+            if c.prove_is_one(d):
+                continue
+            if c.prove_is_one(chosen) or c.prove_equal(chosen, d):
+                chosen = d
+                continue
+            # Two dims neither provably equal nor provably 1: torch decided at
+            # trace time which one wins; the broadcast itself is checked at run time.
+            if c.prove_not_one(d) and not c.prove_not_one(chosen):
+                chosen = d
+        out.append(simplify_dim(chosen) if isinstance(chosen, SymExpr) else chosen)
+    return tuple(out)
+
+
+def broadcast_to(ctx: Importer, x: Node, shape: Sequence[DimLike]) -> Node:
+    c = ctx.graph.constraints
+    if c.prove_same_shape(x.shape, shape):
+        return x
+    rank = len(shape)
+    if x.tensor_type.rank > rank:
+        raise LoweringError(f"cannot broadcast rank {x.tensor_type.rank} to rank {rank}")
+    dims = tuple(range(rank - x.tensor_type.rank, rank))
+    return ctx.graph.add("broadcast_in_dim", (x, *ctx.sizes(shape)), {"dims": dims})
+
+
+def elementwise(ctx: Importer, op: str, operands: Sequence[Any], compute_dtype: str) -> Node:
+    nodes = [scalar(ctx, v, compute_dtype) if not isinstance(v, Node) or v.is_index else convert(ctx, v, compute_dtype) for v in operands]
+    shape = broadcast_shapes(ctx, [n.shape for n in nodes])
+    nodes = [broadcast_to(ctx, n, shape) for n in nodes]
+    return ctx.graph.add(op, nodes)
+
+
+def result_type(fx_node: torch.fx.Node, *args: Any) -> str:
+    metas = []
+    for a in fx_node.args[: len(args)]:
+        m = meta_of(a)
+        metas.append(m if isinstance(m, (torch.Tensor, int, float, bool)) else (int(m) if isinstance(m, torch.SymInt) else m))
+    tensors = [m for m in metas if isinstance(m, torch.Tensor)]
+    if not tensors:
+        return meta_dtype(fx_node)
+    if len(metas) == 1:
+        return dtype_of_torch(tensors[0].dtype)
+    try:
+        return dtype_of_torch(torch.result_type(metas[0], metas[1]))
+    except (TypeError, RuntimeError):
+        return dtype_of_torch(tensors[0].dtype)
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    return axis % rank if rank else 0
+
+
+def reshape(ctx: Importer, x: Node, shape: Sequence[DimLike]) -> Node:
+    if ctx.graph.constraints.prove_same_shape(x.shape, shape):
+        return x
+    return ctx.graph.add("reshape", (x, *ctx.sizes(shape)))
+
+
+def reduce(ctx: Importer, x: Node, dims: Sequence[int], kind: str, keepdim: bool) -> Node:
+    return ctx.graph.add("reduce", (x,), {"dims": tuple(sorted(dims)), "kind": kind, "keepdim": keepdim})
+
+
+def reduce_dims(x: Node, dims: Any) -> list[int]:
+    rank = x.tensor_type.rank
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({norm_axis(d, rank) for d in dims})
+
+
+def numel_of(ctx: Importer, x: Node, dims: Sequence[int], dtype: str) -> Node:
+    """The element count of ``dims`` of ``x`` as a 0-d tensor (a shape value used as data)."""
+    n = product(x.shape[d] for d in dims)
+    if n.is_const:
+        return scalar(ctx, n.const_value, dtype)
+    return ctx.graph.add("index_to_tensor", (ctx.index(n),), {"dtype": dtype})
+
+
+def mean(ctx: Importer, x: Node, dims: Sequence[int], keepdim: bool) -> Node:
+    total = reduce(ctx, x, dims, "sum", keepdim)
+    return elementwise(ctx, "div", [total, numel_of(ctx, x, dims, x.dtype)], x.dtype)
+
+
+def size_value(ctx: Importer, v: Any) -> DimLike:
+    """A size argument (int or index Node) as a dim expression."""
+    if isinstance(v, Node):
+        if not v.is_index:
+            raise LoweringError("tensor used as a size")
+        return v.type.value  # type: ignore[union-attr]
+    return int(v)
+
+
+# -- SymInt arithmetic: becomes shape-computation IR ---------------------------------
+def _sym(op: str) -> Callable[..., Node]:
+    def fn(ctx: Importer, a: Any, b: Any) -> Node:
+        na = a if isinstance(a, Node) else ctx.index(int(a))
+        nb = b if isinstance(b, Node) else ctx.index(int(b))
+        return ctx.graph.add(op, (na, nb))
+
+    return fn
+
+
+SYMINT_OPS[operator.mul] = _sym("imul")
+SYMINT_OPS[operator.add] = _sym("iadd")
+SYMINT_OPS[operator.sub] = _sym("isub")
+SYMINT_OPS[operator.floordiv] = _sym("ifloordiv")
+SYMINT_OPS[torch.sym_max] = _sym("imax")
+SYMINT_OPS[torch.sym_min] = _sym("imin")
+SYMINT_OPS[operator.neg] = lambda ctx, a: ctx.graph.add("isub", (ctx.index(0), a))
+SYMINT_OPS[operator.mod] = lambda ctx, a, b: ctx.graph.add("isub", (a, _sym("imul")(ctx, _sym("ifloordiv")(ctx, a, b), b)))
+
+
+@lower(aten.sym_size.int)
+def _sym_size(ctx: Importer, fx_node, x: Node, axis: int) -> Node:
+    return ctx.index(x.shape[norm_axis(axis, x.tensor_type.rank)])
+
+
+@lower(aten.sym_numel.default)
+def _sym_numel(ctx: Importer, fx_node, x: Node) -> Node:
+    return ctx.index(x.tensor_type.numel())
+
+
+# -- no-ops and asserts ----------------------------------------------------------------
+@lower(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default, aten.contiguous.default)
+def _identity(ctx: Importer, fx_node, x: Node, *args, **kwargs) -> Node:
+    return x
+
+
+@lower(aten._assert_tensor_metadata.default, aten._assert_scalar.default, aten.sym_constrain_range_for_size.default, aten.sym_constrain_range.default)
+def _drop(ctx: Importer, fx_node, *args, **kwargs) -> None:
+    return None
+
+
+@lower(aten._to_copy.default)
+def _to_copy(ctx: Importer, fx_node, x: Node, **kwargs) -> Node:
+    return convert(ctx, x, meta_dtype(fx_node))
+
+
+# -- elementwise -------------------------------------------------------------------------
+_UNARY = {
+    aten.neg: "neg", aten.abs: "abs", aten.sign: "sign", aten.exp: "exp", aten.expm1: "expm1", aten.log: "log",
+    aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.reciprocal: "reciprocal", aten.tanh: "tanh",
+    aten.sigmoid: "sigmoid", aten.sin: "sin", aten.cos: "cos", aten.erf: "erf", aten.floor: "floor", aten.ceil: "ceil",
+    aten.round: "round", aten.relu: "relu", aten.logical_not: "logical_not", aten.bitwise_not: "bitwise_not",
+    aten.isnan: "isnan", aten.silu: "silu",
+}
+for _t, _op in _UNARY.items():
+    LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, x, **kw: elementwise(ctx, op, [x], meta_dtype(fx_node) if op not in ("logical_not", "isnan") else x.dtype))(_op)
+
+
+@lower(aten.logical_not.default)
+def _logical_not(ctx: Importer, fx_node, x: Node) -> Node:
+    return ctx.graph.add("logical_not", (convert(ctx, x, "i1"),))
+
+
+@lower(aten.gelu.default)
+def _gelu(ctx: Importer, fx_node, x: Node, approximate: str = "none") -> Node:
+    return ctx.graph.add("gelu_tanh" if approximate == "tanh" else "gelu", (x,))
+
+
+_BINARY = {
+    aten.add: "add", aten.sub: "sub", aten.mul: "mul", aten.div: "div", aten.pow: "pow", aten.maximum: "maximum",
+    aten.minimum: "minimum", aten.remainder: "remainder", aten.fmod: "fmod", aten.atan2: "atan2",
+    aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
+}
+_LOGICAL = {aten.logical_and: "logical_and", aten.logical_or: "logical_or", aten.logical_xor: "logical_xor"}
+_COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge"}
+
+
+def _binary(op: str) -> Callable[..., Node]:
+    def fn(ctx: Importer, fx_node, a: Any, b: Any, alpha: Any = 1, rounding_mode: str | None = None, **kw) -> Node:
+        out = meta_dtype(fx_node)
+        if alpha != 1:
+            b = elementwise(ctx, "mul", [b, alpha], out)
+        if op == "div" and rounding_mode is not None:
+            cdt = result_type(fx_node, a, b)
+            q = elementwise(ctx, "floor_div" if rounding_mode == "floor" else "div", [a, b], cdt)
+            return convert(ctx, q, out)
+        return elementwise(ctx, op, [a, b], out)
+
+    return fn
+
+
+for _t, _op in _BINARY.items():
+    LOWERINGS[_t] = _binary(_op)
+for _t, _op in _LOGICAL.items():
+    LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, a, b: elementwise(ctx, op, [a, b], "i1"))(_op)
+for _t, _op in _COMPARE.items():
+    LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, a, b: elementwise(ctx, op, [a, b], result_type(fx_node, a, b)))(_op)
+
+
+@lower(aten.rsub)
+def _rsub(ctx: Importer, fx_node, a: Any, b: Any, alpha: Any = 1) -> Node:
+    out = meta_dtype(fx_node)
+    if alpha != 1:
+        a = elementwise(ctx, "mul", [a, alpha], out)
+    return elementwise(ctx, "sub", [b, a], out)
+
+
+@lower(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(ctx: Importer, fx_node, cond: Any, a: Any, b: Any) -> Node:
+    dtype = meta_dtype(fx_node)
+    nodes = [convert(ctx, cond, "i1"), scalar(ctx, a, dtype), scalar(ctx, b, dtype)]
+    shape = broadcast_shapes(ctx, [n.shape for n in nodes])
+    return ctx.graph.add("select", [broadcast_to(ctx, n, shape) for n in nodes])
+
+
+@lower(aten.clamp, aten.clamp_min, aten.clamp_max)
+def _clamp(ctx: Importer, fx_node, x: Node, lo: Any = None, hi: Any = None) -> Node:
+    dtype = meta_dtype(fx_node)
+    if fx_node.target in (aten.clamp_max.default, aten.clamp_max.Tensor):
+        lo, hi = None, lo
+    out = convert(ctx, x, dtype)
+    if lo is not None:
+        out = elementwise(ctx, "maximum", [out, lo], dtype)
+    if hi is not None:
+        out = elementwise(ctx, "minimum", [out, hi], dtype)
+    return out
+
+
+# -- creation ---------------------------------------------------------------------------
+@lower(aten.full.default)
+def _full(ctx: Importer, fx_node, size: Sequence[Any], value: Any, **kw) -> Node:
+    shape = [size_value(ctx, s) for s in size]
+    return broadcast_to(ctx, scalar(ctx, value, meta_dtype(fx_node)), shape)
+
+
+@lower(aten.full_like.default)
+def _full_like(ctx: Importer, fx_node, x: Node, value: Any, **kw) -> Node:
+    return broadcast_to(ctx, scalar(ctx, value, meta_dtype(fx_node)), x.shape)
+
+
+@lower(aten.zeros_like.default, aten.ones_like.default)
+def _zeros_ones_like(ctx: Importer, fx_node, x: Node, **kw) -> Node:
+    value = 0 if fx_node.target is aten.zeros_like.default else 1
+    return broadcast_to(ctx, scalar(ctx, value, meta_dtype(fx_node)), x.shape)
+
+
+@lower(aten.scalar_tensor.default)
+def _scalar_tensor(ctx: Importer, fx_node, value: Any, **kw) -> Node:
+    return scalar(ctx, value, meta_dtype(fx_node))
+
+
+@lower(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def _arange(ctx: Importer, fx_node, *args: Any, **kw) -> Node:
+    nums = [a for a in args]
+    start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums[0], nums[1], nums[2] if len(nums) > 2 else 1)
+    if not all(isinstance(v, (int, Node)) for v in (start, end, step)) or isinstance(step, Node):
+        raise LoweringError("arange with floating-point or dynamic step")
+    dtype = meta_dtype(fx_node)
+    length = (as_expr(size_value(ctx, end)) - as_expr(size_value(ctx, start))).ceildiv(step) if step > 0 else None
+    if length is None:
+        raise LoweringError("arange with a negative step")
+    out = ctx.graph.add("iota", (ctx.index(length),), {"dtype": dtype})
+    if step != 1:
+        out = elementwise(ctx, "mul", [out, step], dtype)
+    if not (isinstance(start, int) and start == 0):
+        out = elementwise(ctx, "add", [out, start], dtype)
+    return out
+
+
+def _tri(upper: bool) -> Callable[..., Node]:
+    def fn(ctx: Importer, fx_node, x: Node, diagonal: int = 0) -> Node:
+        rank = x.tensor_type.rank
+        rows, cols = x.shape[rank - 2], x.shape[rank - 1]
+        r = ctx.graph.add("iota", (ctx.index(rows),), {"dtype": "i64"})
+        c = ctx.graph.add("iota", (ctx.index(cols),), {"dtype": "i64"})
+        r2 = ctx.graph.add("broadcast_in_dim", (r, ctx.index(rows), ctx.index(cols)), {"dims": (0,)})
+        c2 = ctx.graph.add("broadcast_in_dim", (c, ctx.index(rows), ctx.index(cols)), {"dims": (1,)})
+        diff = ctx.graph.add("sub", (c2, r2))  # col - row
+        keep = elementwise(ctx, "ge" if upper else "le", [diff, diagonal], "i64")
+        return _where(ctx, fx_node, keep, x, 0)
+
+    return fn
+
+
+LOWERINGS[aten.triu.default] = _tri(True)
+LOWERINGS[aten.tril.default] = _tri(False)
+
+
+# The rest of the table lives beside this file, split by topic.
+from disc.frontends.torch import lowering_movement, lowering_nn  # noqa: E402,F401

@@ -1,0 +1,235 @@
+"""Lowering table, part 2: views, layout and indexing ops.
+
+Sizes that torch computed from SymInts arrive as index values, so a
+``view(x, [b, s, 12, 64])`` becomes ``reshape(%x, %b, %s, %12, %64)`` whose
+result type is ``[b, s, 12, 64]`` in disc symbols.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from disc.frontends.torch.importer import Importer, LoweringError
+from disc.frontends.torch.lowering import aten, broadcast_to, lower, meta_dtype, norm_axis, reshape, size_value
+from disc.ir.graph import Node
+from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
+
+INT64_MAX = 9223372036854775807
+
+
+@lower(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(ctx: Importer, fx_node, x: Node, size: Sequence[Any]) -> Node:
+    dims: list[DimLike | None] = []
+    for s in size:
+        v = size_value(ctx, s)
+        dims.append(None if v == -1 else v)
+    if dims.count(None) > 1:
+        raise LoweringError("view with more than one -1")
+    if None in dims:
+        known = product(d for d in dims if d is not None)
+        # -1 = numel / product(known); computed as index arithmetic (exact
+        # division where the factors cancel, a new runtime symbol otherwise).
+        missing = ctx.graph.add("ifloordiv", (ctx.index(x.tensor_type.numel()), ctx.index(known)))
+        dims[dims.index(None)] = missing.type.value  # type: ignore[union-attr]
+        ctx.index_cache.setdefault(ctx.graph.constraints.normalize(as_expr(missing.type.value)), missing)  # type: ignore[union-attr]
+    return reshape(ctx, x, [d for d in dims if d is not None])
+
+
+@lower(aten.expand.default)
+def _expand(ctx: Importer, fx_node, x: Node, size: Sequence[Any], implicit: bool = False) -> Node:
+    rank = len(size)
+    offset = rank - x.tensor_type.rank
+    shape: list[DimLike] = []
+    for i, s in enumerate(size):
+        v = size_value(ctx, s)
+        if v == -1:
+            if i < offset:
+                raise LoweringError("expand: -1 for a new leading dim")
+            v = x.shape[i - offset]
+        shape.append(v)
+    return broadcast_to(ctx, x, shape)
+
+
+@lower(aten.permute.default)
+def _permute(ctx: Importer, fx_node, x: Node, dims: Sequence[int]) -> Node:
+    rank = x.tensor_type.rank
+    perm = tuple(norm_axis(d, rank) for d in dims)
+    if perm == tuple(range(rank)):
+        return x
+    return ctx.graph.add("transpose", (x,), {"perm": perm})
+
+
+@lower(aten.t.default)
+def _t(ctx: Importer, fx_node, x: Node) -> Node:
+    return x if x.tensor_type.rank < 2 else ctx.graph.add("transpose", (x,), {"perm": (1, 0)})
+
+
+@lower(aten.transpose.int)
+def _transpose(ctx: Importer, fx_node, x: Node, a: int, b: int) -> Node:
+    rank = x.tensor_type.rank
+    perm = list(range(rank))
+    a, b = norm_axis(a, rank), norm_axis(b, rank)
+    perm[a], perm[b] = perm[b], perm[a]
+    return _permute(ctx, fx_node, x, perm)
+
+
+@lower(aten.unsqueeze.default)
+def _unsqueeze(ctx: Importer, fx_node, x: Node, axis: int) -> Node:
+    shape = list(x.shape)
+    shape.insert(norm_axis(axis, len(shape) + 1), 1)
+    return reshape(ctx, x, shape)
+
+
+@lower(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(ctx: Importer, fx_node, x: Node, dims: Any = None) -> Node:
+    rank = x.tensor_type.rank
+    axes = range(rank) if dims is None else ([dims] if isinstance(dims, int) else dims)
+    c = ctx.graph.constraints
+    drop = set()
+    for a in axes:
+        a = norm_axis(a, rank)
+        d = x.shape[a]
+        if c.prove_is_one(d):
+            drop.add(a)
+        elif not c.prove_not_one(d):
+            # torch traced this dim as != 1 (so it was kept); eager would drop it
+            # at size 1, so that case must not run silently: it is checked.
+            c.assume(d, "!=", 1, f"squeeze of dim {a} traced as not 1")
+    return reshape(ctx, x, [d for i, d in enumerate(x.shape) if i not in drop])
+
+
+def _norm_index(ctx: Importer, v: Any, dim: DimLike, default: DimLike) -> DimLike:
+    """A slice bound as a non-negative dim expression clamped to ``[0, dim]``."""
+    if v is None:
+        return default
+    if isinstance(v, Node):
+        return size_value(ctx, v)
+    v = int(v)
+    if v >= INT64_MAX or (isinstance(dim, int) and v >= dim):
+        return dim
+    if v < 0:
+        if isinstance(dim, int):
+            return max(dim + v, 0)
+        return as_expr(dim) + v
+    if isinstance(dim, int):
+        return min(v, dim)
+    # A constant bound on a symbolic dim: min(v, dim) is decided at run time.
+    m = ctx.graph.add("imin", (ctx.index(v), ctx.index(dim)))
+    ctx.index_cache.setdefault(ctx.graph.constraints.normalize(as_expr(m.type.value)), m)  # type: ignore[union-attr]
+    return m.type.value  # type: ignore[union-attr]
+
+
+def slice_axis(ctx: Importer, x: Node, axis: int, start: DimLike, stop: DimLike, step: int = 1) -> Node:
+    c = ctx.graph.constraints
+    dim = x.shape[axis]
+    if step == 1 and c.prove_equal(start, 0) and c.prove_equal(stop, dim):
+        return x
+    return ctx.graph.add("slice", (x, ctx.index(start), ctx.index(stop)), {"axis": axis, "step": step})
+
+
+@lower(aten.slice.Tensor)
+def _slice(ctx: Importer, fx_node, x: Node, axis: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Node:
+    axis = norm_axis(axis, x.tensor_type.rank)
+    dim = x.shape[axis]
+    lo = _norm_index(ctx, start, dim, 0)
+    hi = _norm_index(ctx, end, dim, dim)
+    return slice_axis(ctx, x, axis, lo, hi, int(step))
+
+
+@lower(aten.select.int)
+def _select(ctx: Importer, fx_node, x: Node, axis: int, index: Any) -> Node:
+    axis = norm_axis(axis, x.tensor_type.rank)
+    dim = x.shape[axis]
+    if isinstance(index, int) and index < 0:
+        start: DimLike = as_expr(dim) + index if not isinstance(dim, int) else dim + index
+    else:
+        start = size_value(ctx, index)
+    part = slice_axis(ctx, x, axis, start, as_expr(start) + 1)
+    return reshape(ctx, part, [d for i, d in enumerate(x.shape) if i != axis])
+
+
+@lower(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(ctx: Importer, fx_node, x: Node, sizes: Any, axis: int = 0) -> list[Node]:
+    axis = norm_axis(axis, x.tensor_type.rank)
+    dim = x.shape[axis]
+    if isinstance(sizes, (int, Node)):
+        chunk = size_value(ctx, sizes)
+        if not isinstance(chunk, int) or not isinstance(dim, int):
+            raise LoweringError("split by a chunk size over a dynamic dim")
+        sizes = [min(chunk, dim - i) for i in range(0, dim, chunk)]
+    outs, offset = [], SymExpr.const(0)
+    for s in sizes:
+        stop = offset + as_expr(size_value(ctx, s))
+        outs.append(slice_axis(ctx, x, axis, simplify_dim(offset), simplify_dim(stop)))
+        offset = stop
+    return outs
+
+
+@lower(aten.cat.default)
+def _cat(ctx: Importer, fx_node, tensors: Sequence[Node], axis: int = 0) -> Node:
+    dtype = meta_dtype(fx_node)
+    from disc.frontends.torch.lowering import convert
+
+    parts = [convert(ctx, t, dtype) for t in tensors if not (t.tensor_type.rank == 1 and t.shape[0] == 0)]
+    if len(parts) == 1:
+        return parts[0]
+    return ctx.graph.add("concat", parts, {"axis": norm_axis(axis, parts[0].tensor_type.rank)})
+
+
+@lower(aten.constant_pad_nd.default)
+def _pad(ctx: Importer, fx_node, x: Node, pad: Sequence[int], value: float = 0.0) -> Node:
+    rank = x.tensor_type.rank
+    low, high = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        low[rank - 1 - i], high[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    return ctx.graph.add("pad", (x,), {"low": tuple(low), "high": tuple(high), "value": float(value)})
+
+
+@lower(aten.embedding.default)
+def _embedding(ctx: Importer, fx_node, weight: Node, ids: Node, *args: Any) -> Node:
+    flat = reshape(ctx, ids, [ids.tensor_type.numel()])
+    rows = ctx.graph.add("index_select", (weight, flat), {"axis": 0})
+    return reshape(ctx, rows, [*ids.shape, weight.shape[1]])
+
+
+@lower(aten.index_select.default)
+def _index_select(ctx: Importer, fx_node, x: Node, axis: int, index: Node) -> Node:
+    return ctx.graph.add("index_select", (x, index), {"axis": norm_axis(axis, x.tensor_type.rank)})
+
+
+@lower(aten.index.Tensor)
+def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if len(present) != 1:
+        raise LoweringError("advanced indexing with several index tensors")
+    axis = present[0]
+    idx = indices[axis]
+    if idx.dtype == "i1":
+        raise LoweringError("boolean mask indexing (data-dependent shape)")
+    flat = reshape(ctx, idx, [idx.tensor_type.numel()])
+    picked = ctx.graph.add("index_select", (x, flat), {"axis": axis})
+    shape = [*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :]]
+    return reshape(ctx, picked, shape)
+
+
+@lower(aten.gather.default)
+def _gather(ctx: Importer, fx_node, x: Node, axis: int, index: Node, sparse_grad: bool = False) -> Node:
+    return ctx.graph.add("gather", (x, index), {"axis": norm_axis(axis, x.tensor_type.rank)})
+
+
+@lower(aten.scatter_add.default)
+def _scatter_add(ctx: Importer, fx_node, x: Node, axis: int, index: Node, src: Node) -> Node:
+    return ctx.graph.add("scatter_add", (x, index, src), {"axis": norm_axis(axis, x.tensor_type.rank)})
+
+
+@lower(aten.cumsum.default)
+def _cumsum(ctx: Importer, fx_node, x: Node, axis: int, dtype: Any = None) -> Node:
+    from disc.frontends.torch.lowering import convert
+
+    return ctx.graph.add("cumsum", (convert(ctx, x, meta_dtype(fx_node)),), {"axis": norm_axis(axis, x.tensor_type.rank)})
+
+
+__all__: list[str] = []
+_ = torch

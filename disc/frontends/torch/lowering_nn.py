@@ -1,0 +1,236 @@
+"""Lowering table, part 3: reductions, normalisations, GEMM, convolution, pooling.
+
+Softmax, LayerNorm and friends are expanded into reduce + broadcast +
+elementwise ops here: that is the form fusion recognises and stitches back
+into one kernel, and it keeps the op set small.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from disc.frontends.torch.importer import Importer, LoweringError
+from disc.frontends.torch.lowering import (
+    aten,
+    broadcast_to,
+    convert,
+    elementwise,
+    lower,
+    mean,
+    meta_dtype,
+    norm_axis,
+    numel_of,
+    reduce,
+    reduce_dims,
+    reshape,
+    scalar,
+)
+from disc.ir.graph import Node
+
+
+# -- reductions ----------------------------------------------------------------------------
+def _reduction(kind: str):
+    def fn(ctx: Importer, fx_node, x: Node, dims: Any = None, keepdim: bool = False, **kw) -> Node:
+        out_dtype = meta_dtype(fx_node)
+        src = convert(ctx, x, out_dtype) if kind in ("sum", "prod") else x
+        if kind in ("any", "all"):
+            src = convert(ctx, x, "i1")
+        return convert(ctx, reduce(ctx, src, reduce_dims(x, dims), kind, keepdim), out_dtype)
+
+    return fn
+
+
+lower(aten.sum.dim_IntList, aten.sum.default)(_reduction("sum"))
+lower(aten.prod.dim_int, aten.prod.default)(_reduction("prod"))
+lower(aten.amax.default)(_reduction("max"))
+lower(aten.amin.default)(_reduction("min"))
+lower(aten.any.dim, aten.any.dims, aten.any.default)(_reduction("any"))
+lower(aten.all.dim, aten.all.dims, aten.all.default)(_reduction("all"))
+
+
+@lower(aten.mean.dim, aten.mean.default)
+def _mean(ctx: Importer, fx_node, x: Node, dims: Any = None, keepdim: bool = False, **kw) -> Node:
+    return mean(ctx, convert(ctx, x, meta_dtype(fx_node)), reduce_dims(x, dims), keepdim)
+
+
+@lower(aten.var.correction, aten.var.dim)
+def _var(ctx: Importer, fx_node, x: Node, dims: Any = None, *args: Any, correction: Any = None, keepdim: bool = False, **kw) -> Node:
+    if fx_node.target is aten.var.dim:
+        unbiased = args[0] if args else True
+        keepdim = args[1] if len(args) > 1 else keepdim
+        correction = 1 if unbiased else 0
+    elif args:
+        keepdim = args[0]
+    correction = 1 if correction is None else correction
+    axes = reduce_dims(x, dims)
+    centered = elementwise(ctx, "sub", [x, mean(ctx, x, axes, True)], x.dtype)
+    total = reduce(ctx, elementwise(ctx, "mul", [centered, centered], x.dtype), axes, "sum", keepdim)
+    count = elementwise(ctx, "sub", [numel_of(ctx, x, axes, x.dtype), float(correction)], x.dtype)
+    return elementwise(ctx, "div", [total, count], x.dtype)
+
+
+def _arg(kind: str):
+    def fn(ctx: Importer, fx_node, x: Node, dim: Any = None, keepdim: bool = False) -> Node:
+        if dim is None:
+            x = reshape(ctx, x, [x.tensor_type.numel()])
+            dim = 0
+        return ctx.graph.add("argreduce", (x,), {"axis": norm_axis(dim, x.tensor_type.rank), "kind": kind, "keepdim": keepdim})
+
+    return fn
+
+
+lower(aten.argmax.default)(_arg("argmax"))
+lower(aten.argmin.default)(_arg("argmin"))
+
+
+@lower(aten.max.dim, aten.min.dim)
+def _max_dim(ctx: Importer, fx_node, x: Node, dim: int, keepdim: bool = False) -> list[Node]:
+    is_max = fx_node.target is aten.max.dim
+    axis = norm_axis(dim, x.tensor_type.rank)
+    values = reduce(ctx, x, [axis], "max" if is_max else "min", keepdim)
+    index = ctx.graph.add("argreduce", (x,), {"axis": axis, "kind": "argmax" if is_max else "argmin", "keepdim": keepdim})
+    return [values, index]
+
+
+# -- softmax and normalisation -----------------------------------------------------------------
+@lower(aten._softmax.default)
+def _softmax(ctx: Importer, fx_node, x: Node, dim: int, half_to_float: bool = False) -> Node:
+    axis = norm_axis(dim, x.tensor_type.rank)
+    shifted = elementwise(ctx, "sub", [x, reduce(ctx, x, [axis], "max", True)], x.dtype)
+    e = ctx.graph.add("exp", (shifted,))
+    return elementwise(ctx, "div", [e, reduce(ctx, e, [axis], "sum", True)], x.dtype)
+
+
+@lower(aten._log_softmax.default)
+def _log_softmax(ctx: Importer, fx_node, x: Node, dim: int, half_to_float: bool = False) -> Node:
+    axis = norm_axis(dim, x.tensor_type.rank)
+    shifted = elementwise(ctx, "sub", [x, reduce(ctx, x, [axis], "max", True)], x.dtype)
+    total = reduce(ctx, ctx.graph.add("exp", (shifted,)), [axis], "sum", True)
+    return elementwise(ctx, "sub", [shifted, ctx.graph.add("log", (total,))], x.dtype)
+
+
+@lower(aten.native_layer_norm.default)
+def _layer_norm(ctx: Importer, fx_node, x: Node, normalized_shape: Sequence[Any], weight: Any, bias: Any, eps: float) -> list[Node]:
+    rank = x.tensor_type.rank
+    axes = list(range(rank - len(normalized_shape), rank))
+    mu = mean(ctx, x, axes, True)
+    centered = elementwise(ctx, "sub", [x, mu], x.dtype)
+    var = mean(ctx, elementwise(ctx, "mul", [centered, centered], x.dtype), axes, True)
+    rstd = ctx.graph.add("rsqrt", (elementwise(ctx, "add", [var, float(eps)], x.dtype),))
+    out = elementwise(ctx, "mul", [centered, rstd], x.dtype)
+    if weight is not None:
+        out = elementwise(ctx, "mul", [out, weight], x.dtype)
+    if bias is not None:
+        out = elementwise(ctx, "add", [out, bias], x.dtype)
+    return [out, mu, rstd]
+
+
+def _channel(ctx: Importer, v: Node, x: Node) -> Node:
+    """Broadcast a per-channel vector over an N, C, ... tensor."""
+    shape = x.shape
+    return ctx.graph.add("broadcast_in_dim", (v, *ctx.sizes(shape)), {"dims": (1,)})
+
+
+@lower(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm(ctx: Importer, fx_node, x: Node, weight: Any, bias: Any, running_mean: Node, running_var: Node, momentum: float, eps: float) -> list[Any]:
+    inv = ctx.graph.add("rsqrt", (elementwise(ctx, "add", [running_var, float(eps)], running_var.dtype),))
+    out = ctx.graph.add("sub", (x, _channel(ctx, running_mean, x)))
+    out = ctx.graph.add("mul", (out, _channel(ctx, inv, x)))
+    if weight is not None:
+        out = ctx.graph.add("mul", (out, _channel(ctx, weight, x)))
+    if bias is not None:
+        out = ctx.graph.add("add", (out, _channel(ctx, bias, x)))
+    return [out, None, None]
+
+
+# -- GEMM ----------------------------------------------------------------------------------
+def matmul(ctx: Importer, a: Node, b: Node) -> Node:
+    return ctx.graph.add("dot_general", (a, b), {"lhs_contract": (a.tensor_type.rank - 1,), "rhs_contract": (0,)})
+
+
+@lower(aten.mm.default)
+def _mm(ctx: Importer, fx_node, a: Node, b: Node) -> Node:
+    return matmul(ctx, a, b)
+
+
+@lower(aten.bmm.default)
+def _bmm(ctx: Importer, fx_node, a: Node, b: Node) -> Node:
+    return ctx.graph.add("dot_general", (a, b), {"lhs_batch": (0,), "rhs_batch": (0,), "lhs_contract": (2,), "rhs_contract": (1,)})
+
+
+@lower(aten.addmm.default)
+def _addmm(ctx: Importer, fx_node, bias: Node, a: Node, b: Node, beta: Any = 1, alpha: Any = 1) -> Node:
+    out = matmul(ctx, a, b)
+    if alpha != 1:
+        out = elementwise(ctx, "mul", [out, alpha], out.dtype)
+    if beta != 1:
+        bias = elementwise(ctx, "mul", [bias, beta], out.dtype)
+    return ctx.graph.add("add", (out, broadcast_to(ctx, bias, out.shape)))
+
+
+# -- convolution and pooling -------------------------------------------------------------------
+@lower(aten.convolution.default)
+def _convolution(ctx: Importer, fx_node, x: Node, w: Node, bias: Any, stride, padding, dilation, transposed, output_padding, groups) -> Node:
+    out = ctx.graph.add(
+        "convolution",
+        (x, w),
+        {
+            "stride": tuple(stride),
+            "padding": tuple(padding),
+            "dilation": tuple(dilation),
+            "groups": int(groups),
+            "transposed": bool(transposed),
+            "output_padding": tuple(output_padding),
+        },
+    )
+    if bias is None:
+        return out
+    return ctx.graph.add("add", (out, _channel(ctx, bias, out)))
+
+
+def _window_attrs(rank: int, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]) -> dict:
+    nsp = len(kernel)
+    lead = rank - nsp
+    stride = list(stride) or list(kernel)
+    return {
+        "window": (1,) * lead + tuple(kernel),
+        "strides": (1,) * lead + tuple(stride),
+        "padding": ((0, 0),) * lead + tuple((p, p) for p in padding),
+        "dilation": (1,) * lead + tuple(dilation),
+    }
+
+
+def _pair(v: Any, n: int = 2) -> list[int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+
+@lower(aten.max_pool2d_with_indices.default)
+def _max_pool2d(ctx: Importer, fx_node, x: Node, kernel, stride=(), padding=0, dilation=1, ceil_mode=False) -> list[Any]:
+    if any(u.args[1] == 1 for u in fx_node.users):
+        raise LoweringError("max_pool2d indices are used")
+    attrs = _window_attrs(x.tensor_type.rank, _pair(kernel), _pair(stride) if stride else [], _pair(padding), _pair(dilation))
+    return [ctx.graph.add("reduce_window", (x,), {"kind": "max", "ceil_mode": bool(ceil_mode), **attrs}), None]
+
+
+@lower(aten.avg_pool2d.default)
+def _avg_pool2d(ctx: Importer, fx_node, x: Node, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None) -> Node:
+    kernel = _pair(kernel)
+    pads = _pair(padding)
+    if ceil_mode or (not count_include_pad and any(pads)):
+        raise LoweringError("avg_pool2d with ceil_mode or count_include_pad=False")
+    attrs = _window_attrs(x.tensor_type.rank, kernel, _pair(stride) if stride else [], pads, [1, 1])
+    total = ctx.graph.add("reduce_window", (x,), {"kind": "sum", "ceil_mode": False, **attrs})
+    divisor = divisor_override or kernel[0] * kernel[1]
+    return elementwise(ctx, "div", [total, float(divisor)], x.dtype)
+
+
+@lower(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(ctx: Importer, fx_node, x: Node, output_size: Sequence[int]) -> Node:
+    if list(output_size) != [1, 1]:
+        raise LoweringError("adaptive_avg_pool2d to a size other than 1x1")
+    rank = x.tensor_type.rank
+    return mean(ctx, x, [rank - 2, rank - 1], True)
+
+
+_ = scalar

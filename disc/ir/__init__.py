@@ -1,0 +1,1 @@
+"""The IR: types, nodes and graphs, the op registry, printer, parser and verifier."""

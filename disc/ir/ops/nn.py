@@ -1,0 +1,282 @@
+"""Neural-network ops: argreduce, convolution and reduce_window (pooling).
+
+Conventions:
+
+* ``convolution`` is aten.convolution without bias (the frontend adds it):
+  NC* layout with 1, 2 or 3 spatial dims; weight ``[O, C/groups, *k]``, or
+  ``[C, O/groups, *k]`` when ``transposed``. ``stride``, ``padding`` and
+  ``dilation`` have one entry per spatial dim; padding is symmetric.
+  ``output_padding`` is ``()`` (all zero) or one entry per spatial dim.
+* ``reduce_window`` is pooling in XLA's reduce-window form: ``window``,
+  ``strides`` and ``dilation`` have one entry per dim of x (1 for dims that
+  are not pooled), ``padding`` one ``(low, high)`` pair per dim (``()`` for
+  none, dilation ``()`` for all 1). Padding reads as -inf for max (the dtype's
+  minimum for integers) and 0 for sum. max_pool is ``kind="max"``; avg_pool is
+  ``kind="sum"`` followed by a division the frontend emits.
+
+Output sizes are SymExpr with floor division by the (static) strides, so a
+dynamic image size stays one expression, e.g. ``(h - 1)//2 + 1``. The
+ceil-mode correction of PyTorch is resolved in closed form, see
+``window_output_dim``; no fresh symbol is ever needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from disc.ir.ops.indexing import require_ge
+from disc.ir.registry import (
+    LIBRARY,
+    REDUCTION,
+    REQUIRED,
+    WINDOW,
+    ShapeContext,
+    ShapeRuleError,
+    fixed_dtype,
+    normalize_axis,
+    register,
+    same_dtype_as,
+    tensor,
+)
+from disc.ir.types import DTYPES, FLOAT_DTYPES, Type
+from disc.shape.expr import DimLike, SymExpr, as_expr
+
+
+def _ints(ctx: ShapeContext, name: str, v: Any, n: int, lo: int) -> tuple[int, ...]:
+    ctx.check(isinstance(v, tuple) and len(v) == n, f"{name} {v!r} must have {n} entries")
+    for i, e in enumerate(v):
+        ctx.check(isinstance(e, int) and not isinstance(e, bool), f"{name}[{i}] must be an int, got {e!r}")
+        ctx.check(e >= lo, f"{name}[{i}] must be >= {lo}, got {e}")
+    return v
+
+
+# -- argreduce -----------------------------------------------------------------------------
+ARG_KINDS = ("argmax", "argmin")
+
+
+def _argreduce_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    x = tensor(types[0], "argreduce", "operand x")
+    ctx.check(attrs["kind"] in ARG_KINDS, f"unknown kind {attrs['kind']!r}; expected one of {ARG_KINDS}")
+    ctx.check(x.dtype != "i1", "operand x must not be i1")
+    axis = normalize_axis(attrs["axis"], x.rank, "argreduce")
+    if attrs["keepdim"]:
+        return tuple(1 if i == axis else d for i, d in enumerate(x.shape))
+    return tuple(d for i, d in enumerate(x.shape) if i != axis)
+
+
+@register(
+    "argreduce",
+    "x",
+    attrs={"axis": REQUIRED, "kind": "argmax", "keepdim": False},
+    dtype=fixed_dtype("i64"),
+    shape=_argreduce_rule,
+    category=REDUCTION,
+)
+def argreduce(x: torch.Tensor, *, axis: int, kind: str, keepdim: bool) -> torch.Tensor:
+    """Index (i64) of the first max / min along ``axis``. An empty axis is an error, as in torch."""
+    fn = torch.argmax if kind == "argmax" else torch.argmin
+    return fn(x, dim=axis, keepdim=keepdim)
+
+
+# -- convolution ---------------------------------------------------------------------------------
+def _conv_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
+    x, w = tensor(types[0], "convolution", "operand x"), tensor(types[1], "convolution", "operand w")
+    if x.dtype != w.dtype:
+        raise ShapeRuleError(f"convolution: operand w has dtype {w.dtype}, operand x has {x.dtype}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise ShapeRuleError(f"convolution: operands must be floating point, got {x.dtype}")
+    return x.dtype
+
+
+def _divisible(ctx: ShapeContext, d: DimLike, k: int, why: str) -> None:
+    e = as_expr(d)
+    if k == 1 or ctx.constraints.prove_divisible(e, k):
+        return
+    if e.is_const:
+        raise ShapeRuleError(f"{ctx.op}: {why}: {e} is not divisible by {k}")
+    ctx.constraints.assume(e, "%", k, f"{ctx.op}: {why}")
+
+
+def conv_output_dim(n: DimLike, k: DimLike, stride: int, padding: int, dilation: int, transposed: bool = False, output_padding: int = 0) -> SymExpr:
+    """One spatial output size of aten.convolution, as a symbolic expression."""
+    reach = as_expr(k) * dilation - dilation  # dilation * (k - 1)
+    if transposed:
+        return (as_expr(n) - 1) * stride - 2 * padding + reach + output_padding + 1
+    return (as_expr(n) + 2 * padding - reach - 1) // stride + 1
+
+
+def _conv_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    x, w = tensor(types[0], "convolution", "operand x"), tensor(types[1], "convolution", "operand w")
+    ctx.check(x.rank in (3, 4, 5), f"operand x must be N, C and 1-3 spatial dims (rank 3-5), got rank {x.rank}")
+    if w.rank != x.rank:
+        raise ShapeRuleError(f"convolution: operand w has rank {w.rank}, operand x has rank {x.rank}")
+    k = x.rank - 2
+    stride = _ints(ctx, "stride", attrs["stride"], k, 1)
+    padding = _ints(ctx, "padding", attrs["padding"], k, 0)
+    dilation = _ints(ctx, "dilation", attrs["dilation"], k, 1)
+    out_pad = attrs["output_padding"]
+    out_pad = _ints(ctx, "output_padding", out_pad, k, 0) if out_pad != () else (0,) * k
+    groups = attrs["groups"]
+    ctx.check(isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1, f"groups must be an int >= 1, got {groups!r}")
+    transposed = bool(attrs["transposed"])
+    ctx.check(transposed or not any(out_pad), "output_padding needs transposed=true")
+    if transposed:
+        for i in range(k):
+            ctx.check(
+                out_pad[i] < max(stride[i], dilation[i]),
+                f"output_padding[{i}]={out_pad[i]} must be smaller than stride[{i}]={stride[i]} or dilation[{i}]={dilation[i]}",
+            )
+        ctx.equal(x.shape[1], w.shape[0], "x dim 1 (input channels) must equal w dim 0")
+        _divisible(ctx, w.shape[0], groups, "w dim 0 (input channels) must be divisible by groups")
+        out_channels = as_expr(w.shape[1]) * groups
+    else:
+        ctx.equal(x.shape[1], as_expr(w.shape[1]) * groups, f"x dim 1 (input channels) must equal w dim 1 * groups ({groups})")
+        _divisible(ctx, w.shape[0], groups, "w dim 0 (output channels) must be divisible by groups")
+        out_channels = w.shape[0]
+    out: list[DimLike] = [x.shape[0], out_channels]
+    for i in range(k):
+        n, kk = x.shape[2 + i], w.shape[2 + i]
+        require_ge(ctx, n, 1, f"x dim {2 + i} (spatial) must be >= 1")
+        require_ge(ctx, kk, 1, f"w dim {2 + i} (kernel) must be >= 1")
+        size = conv_output_dim(n, kk, stride[i], padding[i], dilation[i], transposed, out_pad[i])
+        if transposed:
+            require_ge(ctx, size, 1, f"output dim {2 + i} must be >= 1")
+        else:
+            dil_k = as_expr(kk) * dilation[i] - dilation[i] + 1
+            require_ge(ctx, as_expr(n) + 2 * padding[i], dil_k, f"padded x dim {2 + i} must be >= the dilated kernel (w dim {2 + i})")
+        out.append(size)
+    return tuple(out)
+
+
+@register(
+    "convolution",
+    "x w",
+    attrs={"stride": REQUIRED, "padding": REQUIRED, "dilation": REQUIRED, "groups": 1, "transposed": False, "output_padding": ()},
+    dtype=_conv_dtype,
+    shape=_conv_rule,
+    category=LIBRARY,
+)
+def convolution(x: torch.Tensor, w: torch.Tensor, *, stride, padding, dilation, groups, transposed, output_padding) -> torch.Tensor:
+    """aten.convolution without bias (N-d, grouped, dilated, optionally transposed)."""
+    k = x.dim() - 2
+    out_pad = list(output_padding) if output_padding else [0] * k
+    return torch.ops.aten.convolution(x, w, None, list(stride), list(padding), list(dilation), bool(transposed), out_pad, groups)
+
+
+# -- reduce_window -------------------------------------------------------------------------------
+WINDOW_KINDS = ("max", "sum")
+
+
+def window_output_dim(n: DimLike, window: int, stride: int, low: int, high: int, dilation: int, ceil_mode: bool) -> SymExpr:
+    """Number of windows along one dim, as a symbolic expression.
+
+    With ``A = n + low + high - eff`` (``eff = dilation*(window-1) + 1``):
+    floor mode gives ``A//s + 1``. Ceil mode is ``ceil(A/s) + 1``, minus one
+    when the last window would start at or past ``n + low`` (PyTorch's rule
+    that the last window starts inside the input or the left padding). The
+    correction depends only on the static ``t = high - eff``:
+
+    * ``t <= -s``: never applies: ``ceil(A/s) + 1``;
+    * ``t >= 0``: always applies: ``ceil(A/s)``;
+    * ``-s < t < 0``: writing ``n + low - 1 = m*s + r``, ``ceil(A/s)`` is
+      ``m + [r >= -t]`` and the correction applies exactly when it is ``m + 1``,
+      so the result is ``m + 1 == (n + low - 1)//s + 1`` either way.
+
+    So the count is always one floor-division expression and ceil mode needs
+    no fresh symbol.
+    """
+    eff = dilation * (window - 1) + 1
+    a = as_expr(n) + (low + high - eff)
+    if not ceil_mode:
+        return a // stride + 1
+    t = high - eff
+    if t <= -stride:
+        return a.ceildiv(stride) + 1
+    if t >= 0:
+        return a.ceildiv(stride)
+    return (as_expr(n) + (low - 1)) // stride + 1
+
+
+def _window_attrs(ctx: ShapeContext, rank: int, attrs: Mapping[str, Any]):
+    window = _ints(ctx, "window", attrs["window"], rank, 1)
+    strides = _ints(ctx, "strides", attrs["strides"], rank, 1)
+    dilation = attrs["dilation"]
+    dilation = _ints(ctx, "dilation", dilation, rank, 1) if dilation != () else (1,) * rank
+    padding = attrs["padding"]
+    if padding == ():
+        padding = ((0, 0),) * rank
+    ctx.check(isinstance(padding, tuple) and len(padding) == rank, f"padding {padding!r} must have one (low, high) pair per dim (rank {rank})")
+    for i, p in enumerate(padding):
+        _ints(ctx, f"padding[{i}]", p, 2, 0)
+    return window, strides, tuple(tuple(p) for p in padding), dilation
+
+
+def _reduce_window_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
+    dt = tensor(types[0], "reduce_window", "operand x").dtype
+    if attrs["kind"] == "sum" and dt == "i1":
+        raise ShapeRuleError("reduce_window: kind sum needs a numeric operand, got i1")
+    return dt
+
+
+def _reduce_window_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    x = tensor(types[0], "reduce_window", "operand x")
+    ctx.check(attrs["kind"] in WINDOW_KINDS, f"unknown kind {attrs['kind']!r}; expected one of {WINDOW_KINDS}")
+    window, strides, padding, dilation = _window_attrs(ctx, x.rank, attrs)
+    out = []
+    for d, n in enumerate(x.shape):
+        (lo, hi), w, s, dil = padding[d], window[d], strides[d], dilation[d]
+        if w == 1 and s == 1 and lo == 0 and hi == 0:
+            out.append(n)  # not pooled
+            continue
+        size = window_output_dim(n, w, s, lo, hi, dil, bool(attrs["ceil_mode"]))
+        require_ge(ctx, size, 0, f"x dim {d} is too small for window {w} (dilation {dil}, padding {lo}/{hi}, stride {s})")
+        out.append(size)
+    return tuple(out)
+
+
+def _pad_value(dtype: torch.dtype, kind: str) -> float | int | bool:
+    if kind == "sum":
+        return 0
+    if dtype == torch.bool:
+        return False
+    if dtype.is_floating_point:
+        return float("-inf")
+    return torch.iinfo(dtype).min
+
+
+@register(
+    "reduce_window",
+    "x",
+    attrs={"kind": "max", "window": REQUIRED, "strides": REQUIRED, "padding": (), "dilation": (), "ceil_mode": False},
+    dtype=_reduce_window_dtype,
+    shape=_reduce_window_rule,
+    category=WINDOW,
+)
+def reduce_window(x: torch.Tensor, *, kind: str, window, strides, padding, dilation, ceil_mode: bool) -> torch.Tensor:
+    """Max / sum over (dilated, strided) windows of the padded operand, one window size per dim."""
+    rank = x.dim()
+    dilation = tuple(dilation) if dilation else (1,) * rank
+    padding = tuple(padding) if padding else ((0, 0),) * rank
+    sizes = [
+        int(window_output_dim(n, w, s, lo, hi, dil, ceil_mode).const_value) if (w, s, lo, hi) != (1, 1, 0, 0) else n
+        for n, w, s, (lo, hi), dil in zip(x.shape, window, strides, padding, dilation)
+    ]
+    if any(n <= 0 for n in sizes):
+        return x.new_empty(sizes)
+    # Pad far enough on the high side that every (ceil-mode) window is in bounds.
+    spans = [(out - 1) * s + dil * (w - 1) + 1 for out, s, dil, w in zip(sizes, strides, dilation, window)]
+    highs = [max(hi, span - n - lo) for span, n, (lo, hi) in zip(spans, x.shape, padding)]
+    spec: list[int] = []
+    for (lo, _), hi in zip(reversed(padding), reversed(highs)):
+        spec += [lo, hi]
+    y = torch.constant_pad_nd(x, spec, _pad_value(x.dtype, kind))
+    for d in range(rank):
+        y = y.narrow(d, 0, spans[d])
+        eff = dilation[d] * (window[d] - 1) + 1
+        y = y.unfold(d, eff, strides[d])[..., :: dilation[d]]  # window elements go last
+    dims = tuple(range(rank, 2 * rank))
+    if kind == "max":
+        return torch.amax(y, dim=dims) if rank else y
+    return torch.sum(y, dim=dims, dtype=x.dtype) if rank else y

@@ -1,0 +1,164 @@
+"""The reference executor: runs the IR op by op with torch, the oracle for every backend.
+
+Shapes are not re-derived per op. At construction the shape computation of
+the program (every index value computable from the input shapes, plus every
+runtime check) is generated as one Python function (``ShapeProgram``); a call
+runs it once, then walks the tensor ops calling each op's reference semantics
+from the registry.
+
+The executor keeps no per-call state on ``self``, so one instance may serve
+several threads at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from disc.errors import ShapeError
+from disc.ir.graph import Graph, Node
+from disc.ir.registry import get_spec
+from disc.ir.types import IndexType
+from disc.shape.expr import SymExpr, as_expr
+
+
+@dataclass
+class ShapeProgram:
+    """Generated Python computing index values and checks from input shapes."""
+
+    source: str
+    fn: Callable[..., dict[str, int]]
+    computed: frozenset[str]  # names of index nodes it computes
+
+
+def _py(e: SymExpr, bound: set[str]) -> str | None:
+    """Python source for an expression, or None if it uses an unbound symbol."""
+    if not e.symbols() <= bound:
+        return None
+    return f"({e})"
+
+
+def build_shape_program(g: Graph) -> ShapeProgram:
+    c = g.constraints
+    lines = ["def shape_program(shapes):", "    v = {}"]
+    bound: set[str] = set()
+    computed: set[str] = set()
+
+    def bind(sym: str, src: str) -> None:
+        root = c.find(sym)
+        for name in (sym, root):
+            if name not in bound:
+                lines.append(f"    {name} = {src}")
+                bound.add(name)
+
+    # 1. Symbols bound by input dims. A dim seen again must agree (checked below).
+    for pos, node in enumerate(g.inputs):
+        for axis, d in enumerate(node.shape):
+            if isinstance(d, SymExpr) and d.as_symbol() and d.as_symbol() not in bound:
+                bind(d.as_symbol(), f"shapes[{pos}][{axis}]")
+    # Symbols defined by expressions of bound ones (product equalities oriented at import).
+    for name, expr in c.definitions.items():
+        code = _py(expr, bound)
+        if code and name not in bound:
+            lines.append(f"    {name} = {code}")
+            bound.add(name)
+    # 2. Index nodes, in program order; a node computing a fresh symbol binds it.
+    for n in g.nodes:
+        if not isinstance(n.type, IndexType):
+            continue
+        code = _index_code(n, bound)
+        if code is None:
+            continue
+        lines.append(f"    v[{n.name!r}] = {code}")
+        computed.add(n.name)
+        val = as_expr(n.type.value)
+        sym = val.as_symbol()
+        if sym and sym not in bound:
+            bind(sym, f"v[{n.name!r}]")
+    # 3. Runtime checks whose symbols are bound here.
+    for i, chk in enumerate(c.checks):
+        lhs, rhs = _py(chk.lhs, bound), _py(chk.rhs, bound)
+        if lhs is None or rhs is None:
+            continue
+        cond = {"==": f"{lhs} == {rhs}", "!=": f"{lhs} != {rhs}", ">=": f"{lhs} >= {rhs}", "%": f"{rhs} != 0 and {lhs} % {rhs} == 0"}[chk.op]
+        lines.append(f"    if not ({cond}): _fail({i}, locals())")
+    lines.append("    return v")
+    source = "\n".join(lines) + "\n"
+
+    def _fail(i: int, env: Mapping[str, Any]) -> None:
+        chk = c.checks[i]
+        values = {s: env.get(s) for s in sorted(chk.lhs.symbols() | chk.rhs.symbols())}
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        raise ShapeError(f"shape check failed: {chk.lhs} {chk.op} {chk.rhs} ({chk.reason}) with {shown}")
+
+    scope: dict[str, Any] = {"_fail": _fail}
+    exec(compile(source, f"<disc shape program {g.name}>", "exec"), scope)
+    return ShapeProgram(source, scope["shape_program"], frozenset(computed))
+
+
+def _index_code(n: Node, bound: set[str]) -> str | None:
+    ops = {"iadd": "+", "isub": "-", "imul": "*", "ifloordiv": "//"}
+    names = [f"v[{i.name!r}]" for i in n.inputs]
+    if n.op == "index_const":
+        return str(n.attrs["value"])
+    if n.op == "dim":
+        return _py(as_expr(n.inputs[0].shape[n.attrs["axis"]]), bound) if isinstance(n.inputs[0].shape[n.attrs["axis"]], SymExpr) else str(n.inputs[0].shape[n.attrs["axis"]])
+    if not all(isinstance(i.type, IndexType) for i in n.inputs):
+        return None
+    if n.op in ops:
+        return f"{names[0]} {ops[n.op]} {names[1]}"
+    if n.op in ("imax", "imin"):
+        return f"{n.op[1:]}({names[0]}, {names[1]})"
+    return None
+
+
+class ReferenceExecutor:
+    """Runs a graph with torch ops. ``fallbacks`` resolves ``torch_fallback`` calls."""
+
+    def __init__(self, graph: Graph, fallbacks: Mapping[str, Any] | None = None) -> None:
+        self.graph = graph
+        self.fallbacks = dict(fallbacks or {})
+        self.shape_program = build_shape_program(graph)
+        self._steps = self._plan()
+
+    def _plan(self) -> list[tuple[Node, Callable[..., Any], dict[str, Any], list[int]]]:
+        index_of = {n: i for i, n in enumerate(self.graph.nodes)}
+        last_use: dict[Node, int] = {}
+        for i, n in enumerate(self.graph.nodes):
+            for x in n.inputs:
+                last_use[x] = i
+        for o in self.graph.outputs:
+            last_use[o] = len(self.graph.nodes)
+        steps = []
+        for i, n in enumerate(self.graph.nodes):
+            if n.op == "input" or n.name in self.shape_program.computed:
+                continue
+            attrs = dict(n.attrs)
+            if n.op == "constant" and attrs.get("ref") is not None:
+                attrs["ref"] = self.graph.constants[attrs["ref"]]
+            if n.op == "torch_fallback":
+                attrs = {"call": self.fallbacks[attrs["call"]]}
+            # Values dead after this step are dropped to keep peak memory near eager's.
+            free = [index_of[x] for x in n.inputs if last_use.get(x) == i]
+            steps.append((n, get_spec(n.op).reference, attrs, free))
+        return steps
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        g = self.graph
+        index_values = self.shape_program.fn([tuple(t.shape) for t in inputs])
+        values: dict[int, Any] = {}
+        pos = {n: i for i, n in enumerate(g.nodes)}
+        for node, t in zip(g.inputs, inputs):
+            values[pos[node]] = t
+        for n in g.nodes:
+            if n.name in index_values:
+                values[pos[n]] = index_values[n.name]
+        for node, fn, attrs, free in self._steps:
+            args = [values[pos[i]] for i in node.inputs]
+            values[pos[node]] = fn(*args, **attrs)
+            for f in free:
+                if not isinstance(g.nodes[f].type, IndexType) and g.nodes[f].op != "input":
+                    values.pop(f, None)
+        return [values[pos[o]] for o in g.outputs]
