@@ -9,16 +9,16 @@ from disc.errors import CompileError, DiscError, InputError, ShapeError
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompileError",
+    "CompileReport",
+    "CompiledModule",
+    "DiscError",
+    "InputError",
+    "ShapeError",
+    "clear_reports",
     "compile",
     "explain",
     "reports",
-    "clear_reports",
-    "CompiledModule",
-    "CompileReport",
-    "DiscError",
-    "ShapeError",
-    "InputError",
-    "CompileError",
 ]
 
 

@@ -8,8 +8,9 @@ so a graph is always shape-inferred and its constraints always collected.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -30,9 +31,9 @@ def freeze_attr(v: AttrValue) -> AttrValue:
 class Node:
     """One SSA value: ``name = op(inputs) {attrs} : type``."""
 
-    __slots__ = ("op", "inputs", "attrs", "type", "name")
+    __slots__ = ("attrs", "inputs", "name", "op", "type")
 
-    def __init__(self, op: str, inputs: Sequence["Node"], attrs: Mapping[str, AttrValue], type: Type, name: str) -> None:
+    def __init__(self, op: str, inputs: Sequence[Node], attrs: Mapping[str, AttrValue], type: Type, name: str) -> None:
         self.op = op
         self.inputs: tuple[Node, ...] = tuple(inputs)
         self.attrs: dict[str, AttrValue] = {k: freeze_attr(v) for k, v in attrs.items()}

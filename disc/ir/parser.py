@@ -7,7 +7,8 @@ what a pass must produce; ``verify`` then checks the text is consistent.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -184,4 +185,4 @@ def _parse_constraint(g: Graph, ln: str) -> None:
         raise IRParseError(f"unknown line {ln!r}")
 
 
-__all__ = ["parse_graph", "parse_type", "IRParseError", "SymExpr"]
+__all__ = ["IRParseError", "SymExpr", "parse_graph", "parse_type"]

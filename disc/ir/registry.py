@@ -8,8 +8,9 @@ a category that fusion and codegen use to group ops.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from disc.ir.types import IndexType, TensorType, Type
 from disc.shape.expr import DimLike, SymExpr, as_expr
@@ -38,7 +39,7 @@ class ShapeRuleError(ValueError):
 class ShapeContext:
     """What a shape rule may touch: the graph's constraints, for facts and fresh symbols."""
 
-    graph: "Graph"
+    graph: Graph
     op: str
 
     @property
@@ -143,7 +144,7 @@ def _ensure_loaded() -> None:
     import disc.ir.ops  # noqa: F401
 
 
-def infer_type(graph: "Graph", op: str, inputs: Sequence["Node"], attrs: Mapping[str, Any]) -> Type:
+def infer_type(graph: Graph, op: str, inputs: Sequence[Node], attrs: Mapping[str, Any]) -> Type:
     spec = get_spec(op)
     if not spec.variadic and len(inputs) != len(spec.operands):
         raise ShapeRuleError(f"{op}: expects {len(spec.operands)} operand(s) {spec.operands}, got {len(inputs)}")

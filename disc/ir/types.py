@@ -70,10 +70,10 @@ class TensorType:
             out = out * as_expr(d)
         return out
 
-    def with_shape(self, shape: tuple[DimLike, ...]) -> "TensorType":
+    def with_shape(self, shape: tuple[DimLike, ...]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))
 
-    def with_dtype(self, dtype: str) -> "TensorType":
+    def with_dtype(self, dtype: str) -> TensorType:
         return TensorType(dtype, self.shape)
 
     def __str__(self) -> str:

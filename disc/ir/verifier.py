@@ -10,6 +10,7 @@ from __future__ import annotations
 from disc.ir.graph import Graph
 from disc.ir.registry import ShapeRuleError, get_spec, infer_type
 from disc.ir.types import IndexType, TensorType
+from disc.shape.expr import SymExpr
 
 
 class VerificationError(ValueError):
@@ -34,6 +35,7 @@ def verify(g: Graph) -> None:
             if not isinstance(n.type, TensorType):
                 raise VerificationError(f"{where}: inputs must be tensors")
             continue
+        known = set(c.facts)
         try:
             get_spec(n.op)
             expected = infer_type(shadow, n.op, list(n.inputs), n.attrs)
@@ -41,6 +43,11 @@ def verify(g: Graph) -> None:
             raise VerificationError(f"{where}: {e}") from None
         if type(expected) is not type(n.type):
             raise VerificationError(f"{where}: type {n.type} but the op produces {expected}")
+        if isinstance(expected, IndexType) and _minted(expected.value, known):
+            # The op computes a value no expression captures (max, inexact //): the
+            # symbol it mints is as good as the one written, so they are the same.
+            c.add_equal(expected.value, n.type.value)  # type: ignore[union-attr]
+            continue
         if isinstance(expected, IndexType):
             if not c.prove_equal(expected.value, n.type.value):  # type: ignore[union-attr]
                 raise VerificationError(f"{where}: value {n.type} but the op computes {expected}")
@@ -54,3 +61,8 @@ def verify(g: Graph) -> None:
     for n in g.nodes:
         if n.op == "constant" and n.attrs.get("ref") is not None and n.attrs["ref"] not in g.constants:
             raise VerificationError(f"%{n.name}: constant payload {n.attrs['ref']!r} is missing")
+
+
+def _minted(value: object, known: set[str]) -> bool:
+    name = value.as_symbol() if isinstance(value, SymExpr) else None
+    return name is not None and name not in known

@@ -26,8 +26,9 @@ idempotent and the constraint header does not grow.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Union
 
 import torch
 
@@ -162,23 +163,40 @@ class Rewriter:
     def constant(self, value: torch.Tensor, name: str | None = None) -> Node:
         return self.dst.add_constant(value, name=self._name_for(name))
 
-    def materialize(self, rep: Replacement, expected: Type | None = None, name: str | None = None) -> Node | None:
+    def materialize(
+        self,
+        rep: Replacement,
+        expected: Type | None = None,
+        name: str | None = None,
+        accept: Callable[[Type, Type], bool] | None = None,
+    ) -> Node | None:
         """Turn a rule's replacement into a node of the new graph.
 
-        With ``expected``, a replacement whose type is not identical is refused
-        (``None``) before anything is added, so a rejected rule leaves no trace.
+        With ``expected``, a replacement whose type is not identical (or not
+        accepted by ``accept(new, expected)``) is refused (``None``) before
+        anything is added, so a rejected rule leaves no trace.
         """
+        ok = accept or (lambda new, want: new == want)
         if isinstance(rep, Node):
-            return rep if expected is None or rep.type == expected else None
+            return rep if expected is None or ok(rep.type, expected) else None
         if isinstance(rep, torch.Tensor):
             t = TensorType(dtype_of_torch(rep.dtype), tuple(rep.shape))
-            if expected is not None and t != expected:
+            if expected is not None and not ok(t, expected):
                 return None
             return self.constant(rep, name=name)
         cand = self.candidate(None, rep.op, rep.inputs, rep.attrs, name=name)
-        if expected is not None and cand.type != expected:
+        if expected is not None and not ok(cand.type, expected):
             return None
         return self.commit(cand)
+
+    def provably_same_type(self, a: Type, b: Type) -> bool:
+        """Same kind and dtype, and provably equal dims / index value."""
+        c = self.dst.constraints
+        if isinstance(a, IndexType) and isinstance(b, IndexType):
+            return c.prove_equal(a.value, b.value)
+        if isinstance(a, TensorType) and isinstance(b, TensorType):
+            return a.dtype == b.dtype and c.prove_same_shape(a.shape, b.shape)
+        return False
 
     def finish(self) -> Graph:
         self.dst.outputs = [self.mapping[o] for o in self.src.outputs]
@@ -228,11 +246,16 @@ def _mentioned_elsewhere(c, sym: str) -> bool:
     return any(sym in chk.lhs.symbols() or sym in chk.rhs.symbols() for chk in c.checks)
 
 
-def rebuild(src: Graph, rule: Callable[[Rewriter, Node, Node], Replacement | None] | None = None) -> Graph:
+def rebuild(
+    src: Graph,
+    rule: Callable[[Rewriter, Node, Node], Replacement | None] | None = None,
+    *,
+    strict: bool = True,
+) -> Graph:
     """Copy ``src`` node by node; ``rule(rw, source_node, candidate)`` may return a replacement.
 
-    A replacement must have exactly the candidate's type; otherwise the node is
-    copied unchanged.
+    A replacement must have exactly the candidate's type (``strict``), or a
+    provably equal one (``strict=False``); otherwise the node is copied.
     """
     rw = Rewriter(src)
     for n in src.nodes:
@@ -244,9 +267,10 @@ def rebuild(src: Graph, rule: Callable[[Rewriter, Node, Node], Replacement | Non
         if rule is not None:
             rep = rule(rw, n, cand)
             if rep is not None:
-                new = rw.materialize(rep, expected=cand.type, name=n.name)
+                accept = None if strict else rw.provably_same_type
+                new = rw.materialize(rep, expected=cand.type, name=n.name, accept=accept)
         rw.map(n, new if new is not None else rw.commit(cand))
     return rw.finish()
 
 
-__all__ = ["Pass", "graph_pass", "New", "Replacement", "Rewriter", "rebuild"]
+__all__ = ["New", "Pass", "Replacement", "Rewriter", "graph_pass", "rebuild"]

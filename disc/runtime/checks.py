@@ -6,7 +6,7 @@ Every message names the input, the dim and the rule, e.g.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

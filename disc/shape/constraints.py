@@ -23,17 +23,18 @@ import heapq
 import itertools
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence, Union
+from typing import Union
 
-from disc.shape.expr import DimLike, FloorDiv, Monomial, SymExpr, Symbol, as_expr, exact_divide, simplify_dim
+from disc.shape.expr import DimLike, FloorDiv, Monomial, Symbol, SymExpr, as_expr, exact_divide, simplify_dim
 
 INF = float("inf")
 # Interval ends are exact ints, or +-inf (a float) when unbounded.
 Bound = Union[int, float]
 
 # Limits of the search that proves equalities from product equalities.
-_SEARCH_STATES = 200
+_SEARCH_STATES = 64
 _SEARCH_TERMS = 24
 
 
@@ -129,7 +130,7 @@ class ShapeConstraints:
             self.parent[name], name = root, self.parent[name]
         return root
 
-    def copy(self) -> "ShapeConstraints":
+    def copy(self) -> ShapeConstraints:
         c = ShapeConstraints(
             {k: SymbolFacts(**vars(v)) for k, v in self.facts.items()},
             dict(self.parent),
@@ -361,17 +362,33 @@ class ShapeConstraints:
                 rels.append(rel)
         if not rels:
             return False
-        start = _primitive(ea - eb, strip_atoms=True)
-        if not start.terms:
-            return True
         tie = itertools.count()
-        heap = [(len(start.terms), next(tie), start)]
-        seen = {start}
+        heap: list[tuple[int, int, SymExpr]] = []
+        seen: set[SymExpr] = set()
+
+        def push(d: SymExpr) -> bool:
+            # Both the difference and its quotient by common atoms are states:
+            # the quotient is a stronger goal, not always an easier one.
+            for form in {_primitive(d, strip_atoms=False), _primitive(d, strip_atoms=True)}:
+                if not form.terms:
+                    return True
+                if form not in seen and len(form.terms) <= _SEARCH_TERMS:
+                    seen.add(form)
+                    heapq.heappush(heap, (len(form.terms), next(tie), form))
+            return False
+
+        if push(ea - eb):
+            return True
         while heap and len(seen) < _SEARCH_STATES:
             _, _, d = heapq.heappop(heap)
+            atoms = {a for m, _ in d.terms for a in m}
             for rel in rels:
+                if not any(a in atoms for m, _ in rel.terms for a in m):
+                    continue  # shares nothing with the goal: cannot cancel any term
                 for m, c in d.terms:
                     for rm, rc in rel.terms:
+                        if rm == () and m != ():
+                            continue  # multiplying a whole fact by a goal term only grows it
                         q = _mono_quotient(m, rm)
                         if q is None:
                             continue
@@ -379,13 +396,8 @@ class ShapeConstraints:
                             nd = d - rel * SymExpr.from_terms({q: c // rc})
                         else:
                             nd = d * rc - rel * SymExpr.from_terms({q: c})
-                        nd = _primitive(nd, strip_atoms=True)
-                        if not nd.terms:
+                        if push(nd):
                             return True
-                        if nd in seen or len(nd.terms) > _SEARCH_TERMS:
-                            continue
-                        seen.add(nd)
-                        heapq.heappush(heap, (len(nd.terms), next(tie), nd))
         return False
 
     def prove_not_equal(self, a: DimLike, b: DimLike) -> bool:
@@ -435,11 +447,7 @@ class ShapeConstraints:
 
     def prove_broadcast_noop(self, operand: Sequence[DimLike], target: Sequence[DimLike], dims: Sequence[int]) -> bool:
         """A broadcast_in_dim is a no-op when ranks match, dims are in order and each dim is equal."""
-        return (
-            len(operand) == len(target)
-            and list(dims) == list(range(len(target)))
-            and self.prove_same_shape(operand, target)
-        )
+        return len(operand) == len(target) and list(dims) == list(range(len(target))) and self.prove_same_shape(operand, target)
 
     def prove_divisible(self, d: DimLike, k: int) -> bool:
         """Every term is a multiple of ``k`` (coefficient times the symbols' known divisors)."""
@@ -477,7 +485,45 @@ class ShapeConstraints:
         hi: Bound = INF
         for form in self._forms(d):
             flo, fhi = self._interval(form)
-            lo, hi = max(lo, flo), min(hi, fhi)
+            rlo, rhi = self._relaxed_interval(form)
+            lo, hi = max(lo, flo, rlo), min(hi, fhi, rhi)
+        return lo, hi
+
+    def _relaxed_interval(self, e: SymExpr) -> tuple[Bound, Bound]:
+        """Bounds that keep floor divisions correlated with their numerators.
+
+        A linear term ``c * (n // k)`` is ``c * (n - r) / k`` with ``r`` in
+        ``[0, k-1]``. Scaled by the lcm ``L`` of the divisors, the expression
+        becomes a polynomial in which ``n`` can cancel against other terms
+        (``w - w//2`` gives ``(w + r) / 2``, at least ``w / 2``); the interval of
+        ``L * e`` is divided back by ``L`` and rounded inwards, ``e`` being an
+        integer.
+        """
+        dens = [m[0].den for m, _ in e.terms if len(m) == 1 and isinstance(m[0], FloorDiv)]
+        if not dens:
+            return -INF, INF
+        scale = 1
+        for k in dens:
+            scale = scale * k // math.gcd(scale, k)
+        acc = SymExpr.const(0)
+        slack_lo: Bound = 0
+        slack_hi: Bound = 0
+        for m, c in e.terms:
+            if len(m) == 1 and isinstance(m[0], FloorDiv):
+                fd = m[0]
+                f = c * (scale // fd.den)
+                acc = acc + fd.num * f
+                span = abs(f) * (fd.den - 1)  # -f*r ranges over [-f*(k-1), 0] or [0, -f*(k-1)]
+                if f > 0:
+                    slack_lo -= span
+                else:
+                    slack_hi += span
+            else:
+                acc = acc + SymExpr.from_terms({m: c * scale})
+        lo, hi = self._interval(acc)
+        lo, hi = lo + slack_lo, hi + slack_hi
+        lo = -((-lo) // scale) if lo != -INF else -INF
+        hi = hi // scale if hi != INF else INF
         return lo, hi
 
     def _interval(self, e: SymExpr) -> tuple[Bound, Bound]:
@@ -612,10 +658,10 @@ def is_static(d: DimLike) -> bool:
 
 
 __all__ = [
+    "FloorDiv",
+    "RuntimeCheck",
     "ShapeConstraints",
     "SymbolFacts",
-    "RuntimeCheck",
-    "FloorDiv",
     "is_static",
 ]
 

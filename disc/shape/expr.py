@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Union
+from typing import Union
 
 # A monomial is a sorted tuple of atoms; repetition encodes powers (s0*s0).
 Monomial = tuple["Atom", ...]
@@ -37,11 +38,16 @@ class Symbol:
 class FloorDiv:
     """``num // den`` with a positive constant divisor that does not divide num exactly."""
 
-    num: "SymExpr"
+    num: SymExpr
     den: int
+    _key: tuple = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Monomials are sorted by atom keys all the time: compute this one once.
+        object.__setattr__(self, "_key", (1, str(self.num), self.den))
 
     def sort_key(self) -> tuple:
-        return (1, str(self.num), self.den)
+        return self._key
 
     def __str__(self) -> str:
         inner = str(self.num)
@@ -72,6 +78,7 @@ class SymExpr:
 
     terms: tuple[tuple[Monomial, int], ...]
     _hash: int = field(default=0, compare=False, repr=False)
+    _text: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash(self.terms))
@@ -81,20 +88,20 @@ class SymExpr:
 
     # -- construction -------------------------------------------------------
     @staticmethod
-    def from_terms(terms: Mapping[Monomial, int]) -> "SymExpr":
+    def from_terms(terms: Mapping[Monomial, int]) -> SymExpr:
         items = sorted(((m, c) for m, c in terms.items() if c != 0), key=lambda t: _mono_key(t[0]))
         return SymExpr(tuple(items))
 
     @staticmethod
-    def const(value: int) -> "SymExpr":
+    def const(value: int) -> SymExpr:
         return SymExpr.from_terms({(): int(value)})
 
     @staticmethod
-    def symbol(name: str) -> "SymExpr":
+    def symbol(name: str) -> SymExpr:
         return SymExpr.from_terms({(Symbol(name),): 1})
 
     @staticmethod
-    def atom(a: Atom) -> "SymExpr":
+    def atom(a: Atom) -> SymExpr:
         return SymExpr.from_terms({(a,): 1})
 
     # -- inspection ---------------------------------------------------------
@@ -138,7 +145,7 @@ class SymExpr:
         return None
 
     # -- arithmetic ---------------------------------------------------------
-    def __add__(self, other: "DimLike") -> "SymExpr":
+    def __add__(self, other: DimLike) -> SymExpr:
         other = as_expr(other)
         acc = dict(self.terms)
         for m, c in other.terms:
@@ -147,16 +154,16 @@ class SymExpr:
 
     __radd__ = __add__
 
-    def __neg__(self) -> "SymExpr":
+    def __neg__(self) -> SymExpr:
         return SymExpr.from_terms({m: -c for m, c in self.terms})
 
-    def __sub__(self, other: "DimLike") -> "SymExpr":
+    def __sub__(self, other: DimLike) -> SymExpr:
         return self + (-as_expr(other))
 
-    def __rsub__(self, other: "DimLike") -> "SymExpr":
+    def __rsub__(self, other: DimLike) -> SymExpr:
         return as_expr(other) - self
 
-    def __mul__(self, other: "DimLike") -> "SymExpr":
+    def __mul__(self, other: DimLike) -> SymExpr:
         other = as_expr(other)
         acc: dict[Monomial, int] = {}
         for m1, c1 in self.terms:
@@ -167,7 +174,7 @@ class SymExpr:
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, other: "DimLike") -> "SymExpr":
+    def __floordiv__(self, other: DimLike) -> SymExpr:
         other = as_expr(other)
         if not other.is_const:
             quotient = exact_divide(self, other)
@@ -185,16 +192,16 @@ class SymExpr:
             return SymExpr.const(self.const_value // den)
         return _floordiv_const(self, den)
 
-    def __rfloordiv__(self, other: "DimLike") -> "SymExpr":
+    def __rfloordiv__(self, other: DimLike) -> SymExpr:
         return as_expr(other) // self
 
-    def __mod__(self, other: "DimLike") -> "SymExpr":
+    def __mod__(self, other: DimLike) -> SymExpr:
         return self - (self // other) * other
 
-    def __rmod__(self, other: "DimLike") -> "SymExpr":
+    def __rmod__(self, other: DimLike) -> SymExpr:
         return as_expr(other) % self
 
-    def ceildiv(self, other: int) -> "SymExpr":
+    def ceildiv(self, other: int) -> SymExpr:
         return (self + (other - 1)) // other
 
     # -- evaluation and substitution ---------------------------------------
@@ -207,7 +214,7 @@ class SymExpr:
             total += prod
         return total
 
-    def substitute(self, mapping: Mapping[str, "SymExpr"]) -> "SymExpr":
+    def substitute(self, mapping: Mapping[str, SymExpr]) -> SymExpr:
         if not mapping or not (self.symbols() & mapping.keys()):
             return self
         total = SymExpr.const(0)
@@ -222,6 +229,11 @@ class SymExpr:
         return total
 
     def __str__(self) -> str:
+        if self._text is None:
+            object.__setattr__(self, "_text", self._format())
+        return self._text  # type: ignore[return-value]
+
+    def _format(self) -> str:
         if not self.terms:
             return "0"
         parts: list[str] = []
@@ -259,8 +271,9 @@ def _floordiv_const(num: SymExpr, den: int) -> SymExpr:
 
     * ``(den*q*m + r*m + ...) // den == q*m + (r*m + ...) // den`` for each
       term: coefficients (and the constant) of the remainder lie in ``[0, den)``;
-    * ``(g*a) // (g*b) == a // b``: the gcd of the remainder's coefficients
-      and ``den`` is cancelled;
+    * ``(g*y + r) // (g*e) == (y + r // g) // e`` for integer ``y`` and a
+      constant ``0 <= r < g*e``: ``g`` is the gcd of ``den`` and the
+      remainder's non-constant coefficients (so ``(2*x + 1)//4 == x//2``);
     * ``(n//a + p) // b == (n + a*p) // (a*b)`` for integer ``p``: a nested
       floor division is absorbed when it is the only one in the remainder
       and has coefficient 1 (so the choice is unique and the form canonical).
@@ -277,10 +290,14 @@ def _floordiv_const(num: SymExpr, den: int) -> SymExpr:
     if not rest or (len(rest) == 1 and () in rest):
         return quotient  # the remainder lies in [0, den): its quotient is 0
     g = den
-    for c in rest.values():
-        g = math.gcd(g, c)
+    for m, c in rest.items():
+        if m != ():
+            g = math.gcd(g, c)
     if g > 1:
+        const = rest.pop((), 0) // g
         rest = {m: c // g for m, c in rest.items()}
+        if const:
+            rest[()] = const
         den //= g
     if den == 1:
         return quotient + SymExpr.from_terms(rest)

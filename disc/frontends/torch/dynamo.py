@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx
@@ -23,8 +24,7 @@ def _user_name(placeholder: str) -> str:
     # Dynamo names inputs like L_input_ids_ or l_self_modules_...; keep the readable part.
     name = placeholder
     for prefix in ("L_", "l_"):
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
+        name = name.removeprefix(prefix)
     return name.rstrip("_") or placeholder
 
 
@@ -33,7 +33,8 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
     from torch._decomp import core_aten_decompositions
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    user_names = [_user_name(n.target) for n in gm.graph.nodes if n.op == "placeholder"]
+    # Tensor inputs only: dynamo also passes SymInt sizes as placeholders.
+    user_names = [_user_name(n.target) for n in gm.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("example_value"), torch.Tensor)]
     params = dict(gm.named_parameters(remove_duplicate=False))
     buffers = dict(gm.named_buffers(remove_duplicate=False))
     n_state = len(params) + len(buffers)
@@ -47,7 +48,38 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
             _record_failure(gm, e, start)
             return _boxed(fx_gm)
 
-    return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw_compiler, decompositions=core_aten_decompositions())
+    compiled = aot_module_simplified(gm, list(example_inputs), fw_compiler=fw_compiler, decompositions=core_aten_decompositions())
+    if _last_report_compiled():
+        _drop_zero_one_specialisation(example_inputs)
+    return compiled
+
+
+def _last_report_compiled() -> bool:
+    rs = _reports_from_dynamo()
+    return bool(rs) and rs[-1].graph.name != "not_compiled"
+
+
+def _drop_zero_one_specialisation(example_inputs: Sequence[Any]) -> None:
+    """Let dynamo reuse this graph when a dynamic dim is 1.
+
+    Dynamo gives every dynamic size the range [2, inf) ("0/1 specialisation")
+    and guards on it, so a later call with a size-1 dim recompiles. disc's
+    program does not need that assumption: it derives shapes itself and
+    decides broadcasts at run time, with runtime checks where torch's trace
+    relied on a dim not being 1. So, once disc has compiled the graph, the
+    lower bound of each such symbol is relaxed to 1 before dynamo produces
+    its guards. Explicit guards (user code branching on a size) stay.
+    """
+    from torch._guards import detect_fake_mode
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    fake_mode = detect_fake_mode(list(example_inputs))
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        return
+    for sym, vr in list(shape_env.var_to_range.items()):
+        if vr.lower == 2 and sym in getattr(shape_env, "var_to_sources", {}):
+            shape_env.var_to_range[sym] = ValueRanges(1, vr.upper)
 
 
 def _boxed(fx_gm: torch.fx.GraphModule) -> Callable[..., Any]:

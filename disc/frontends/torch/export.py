@@ -13,8 +13,9 @@ or a runtime broadcast in disc's IR. See docs/architecture.md, "Frontend".
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -41,24 +42,32 @@ def input_names_of(model: torch.nn.Module, args: Sequence[Any]) -> list[str]:
     return names[: len(args)]
 
 
-def choose_hints(args: Sequence[torch.Tensor], names: Sequence[str], dynamic: DynamicSpec) -> dict[str, int]:
-    """A trace size for every dynamic dim name: the example's size, unless it is 0 or 1."""
-    sizes: dict[str, int] = {}
+# Trace sizes tried in order. Large, distinct primes first: no intermediate
+# size of a realistic model (a conv pyramid, a head split) collapses to 0 or 1,
+# and no two dims coincide by accident. Then the user's own sizes, then small
+# ones for models that only accept short dims.
+_LARGE_HINTS = (67, 61, 71, 59, 73, 53, 79, 47, 83, 43)
+_SMALL_HINTS = (3, 5, 7, 2, 11, 13, 4, 17, 19, 6)
+
+
+def hint_candidates(args: Sequence[torch.Tensor], names: Sequence[str], dynamic: DynamicSpec) -> list[dict[str, int]]:
+    """Trace sizes for every dynamic dim name, in the order they are tried."""
+    example: dict[str, int] = {}
     for name, t in zip(names, args):
         for axis, dim_name in dynamic.get(name, {}).items():
-            sizes.setdefault(dim_name, int(t.shape[axis]))
-    taken = {v for v in sizes.values() if v >= 2}
-    hints: dict[str, int] = {}
-    candidate = 2
-    for dim_name, size in sizes.items():
-        if size >= 2:
-            hints[dim_name] = size
-            continue
-        while candidate in taken:
-            candidate += 1
-        hints[dim_name] = candidate
-        taken.add(candidate)
-    return hints
+            example.setdefault(dim_name, int(t.shape[axis]))
+    large = {d: _LARGE_HINTS[i % len(_LARGE_HINTS)] for i, d in enumerate(example)}
+    small = {d: _SMALL_HINTS[i % len(_SMALL_HINTS)] for i, d in enumerate(example)}
+    taken = {v for v in example.values() if v >= 2}
+    own: dict[str, int] = {}
+    spare = iter(h for h in _SMALL_HINTS if h not in taken)
+    for d, size in example.items():
+        own[d] = size if size >= 2 else next(spare)
+    out: list[dict[str, int]] = []
+    for cand in (large, own, small):
+        if cand and cand not in out:
+            out.append(cand)
+    return out or [{}]
 
 
 def _grow(t: torch.Tensor, axis: int, size: int) -> torch.Tensor:
@@ -90,29 +99,11 @@ def capture(
             if not -t.dim() <= axis < t.dim():
                 raise CompileError(f"dynamic axis {axis} of input {name!r} is out of range for rank {t.dim()}")
     dynamic = {n: {a % args[names.index(n)].dim(): d for a, d in spec.items()} for n, spec in dynamic.items()}
-    hints = choose_hints(args, names, dynamic)
-    traced_args = []
-    for name, t in zip(names, args):
-        for axis, dim_name in dynamic.get(name, {}).items():
-            t = _grow(t, axis, hints[dim_name])
-        traced_args.append(t)
-
-    dims: dict[str, Any] = {}
+    # Dim.DYNAMIC lets torch infer each dim's valid range (e.g. seq <= 512 from a
+    # position table) and fails loudly if the model forces a dim to be static.
     ranges = ranges or {}
-    for dim_name in hints:
-        lo, hi = ranges.get(dim_name, (None, None))
-        # The range given to torch must contain the hint; disc keeps the user's range itself.
-        kw = {}
-        if hi is not None:
-            kw["max"] = max(hi, hints[dim_name])
-        dims[dim_name] = torch.export.Dim(dim_name, **kw)
-    dynamic_shapes = {name: {axis: dims[d] for axis, d in dynamic.get(name, {}).items()} or None for name in names}
-    try:
-        with torch.no_grad():
-            ep = torch.export.export(model, tuple(traced_args), dynamic_shapes=dynamic_shapes, strict=False)
-        ep = ep.run_decompositions()
-    except Exception as e:  # torch raises many types; the user needs the message
-        raise CompileError(f"torch.export could not capture {type(model).__name__}: {e}") from e
+    dynamic_shapes = {name: {axis: torch.export.Dim.DYNAMIC for axis in dynamic.get(name, {})} or None for name in names}
+    ep, hints = _export(model, args, names, dynamic, dynamic_shapes)
 
     sig = ep.graph_signature
     state = {**ep.state_dict, **ep.constants}
@@ -123,10 +114,58 @@ def capture(
     specs = [InputSpec(n, dict(dynamic.get(n, {}))) for n in names]
     importer = import_fx(ep.graph_module, specs, constants, name=type(model).__name__)
     c = importer.graph.constraints
+    _apply_inferred_ranges(importer, ep)
     for dim_name, (lo, hi) in ranges.items():
         if dim_name in c.facts:
             c.set_range(dim_name, lo, hi)
     return Captured(importer, names, ep.call_spec.out_spec, hints)
+
+
+def _apply_inferred_ranges(importer: Importer, ep: Any) -> None:
+    """Ranges torch inferred (``seq <= 512``) become facts checked at every call.
+
+    The lower bound is not taken: torch raises it to 2 for its 0/1
+    specialisation, which disc does not do.
+    """
+    c = importer.graph.constraints
+    for sym, vr in ep.range_constraints.items():
+        ours = importer.symbols.get(sym)
+        name = ours.as_symbol() if ours is not None else None
+        if name is None:
+            continue
+        if not getattr(vr.upper, "is_Integer", False):
+            continue  # unbounded
+        upper = int(vr.upper)
+        if upper < 2**62:
+            c.set_range(name, None, upper)
+
+
+def _export(model: torch.nn.Module, args: Sequence[torch.Tensor], names: Sequence[str], dynamic: DynamicSpec, dynamic_shapes: Any) -> tuple[Any, dict[str, int]]:
+    """torch.export at the first trace sizes that work.
+
+    Each candidate is tried plainly, then size-obliviously: convolution's meta
+    kernel insists every intermediate spatial size is != 1, which contradicts
+    dims that may be 1, and ``backed_size_oblivious`` avoids that guard. It is
+    only a retry because for attention models the same setting adds
+    ``seq != 1`` guards instead.
+    """
+    from torch.fx.experimental import _config as fx_config
+
+    errors: list[Exception] = []
+    for hints in hint_candidates(args, names, dynamic):
+        traced = []
+        for name, t in zip(names, args):
+            for axis, dim_name in dynamic.get(name, {}).items():
+                t = _grow(t, axis, hints[dim_name])
+            traced.append(t)
+        for oblivious in (False, True):
+            try:
+                with torch.no_grad(), fx_config.patch(backed_size_oblivious=oblivious):
+                    ep = torch.export.export(model, tuple(traced), dynamic_shapes=dynamic_shapes, strict=False)
+                return ep.run_decompositions(), hints
+            except Exception as e:  # torch raises many types; the user needs the message
+                errors.append(e)
+    raise CompileError(f"torch.export could not capture {type(model).__name__}: {errors[0]}") from errors[0]
 
 
 def unflatten_outputs(out_spec: Any, outs: list[torch.Tensor]) -> Any:

@@ -11,15 +11,15 @@ the import.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import sympy
 import torch
 import torch.fx
 
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import ShapeRuleError
 from disc.ir.types import TensorType, dtype_of_torch
 from disc.shape.expr import DimLike, SymExpr, as_expr, simplify_dim
 
@@ -245,19 +245,22 @@ def import_fx(
     imp = Importer(name)
     g = imp.graph
     user_inputs = iter(inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # Tensors first, so that SymInt inputs (torch.compile passes sizes
+    # separately) resolve to dims of the tensors they describe.
+    for node in placeholders:
+        val = node.meta.get("val")
+        if node.target in constants:
+            imp.env[node] = g.add_constant(constants[node.target], _clean(node.target))
+        elif isinstance(val, torch.Tensor):
+            imp.env[node] = _add_input(imp, next(user_inputs), val)
+    for node in placeholders:
+        if node not in imp.env:
+            imp.env[node] = imp.index(imp.sym_to_expr(node.meta.get("val")))
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            if node.target in constants:
-                imp.env[node] = g.add_constant(constants[node.target], _clean(node.target))
-                continue
-            val = node.meta.get("val")
-            if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
-                # A SymInt graph input (torch.compile passes sizes separately).
-                imp.env[node] = imp.index(imp.sym_to_expr(val))
-                continue
-            spec = next(user_inputs)
-            imp.env[node] = _add_input(imp, spec, val)
-        elif node.op == "get_attr":
+            continue
+        if node.op == "get_attr":
             imp.env[node] = g.add_constant(getattr(gm, node.target), _clean(node.target))
         elif node.op == "call_function":
             args = torch.fx.node.map_arg(node.args, lambda n: imp.env[n])
@@ -274,8 +277,8 @@ def import_fx(
                 continue
             try:
                 imp.env[node] = fn(imp, node, *args, **kwargs)
-            except (LoweringError, ShapeRuleError, NotImplementedError) as e:
-                imp.env[node] = imp.fallback(node, str(e))
+            except Exception as e:  # a lowering that cannot handle this case: PyTorch runs the op
+                imp.env[node] = imp.fallback(node, f"{type(e).__name__}: {e}")
         elif node.op == "output":
             outs = node.args[0]
             flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]

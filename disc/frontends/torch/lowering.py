@@ -10,7 +10,8 @@ ops themselves always see same-shape, same-dtype operands.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx
@@ -208,8 +209,8 @@ def _drop(ctx: Importer, fx_node, *args, **kwargs) -> None:
     return None
 
 
-@lower(aten._to_copy.default)
-def _to_copy(ctx: Importer, fx_node, x: Node, **kwargs) -> Node:
+@lower(aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+def _to_copy(ctx: Importer, fx_node, x: Node, *args, **kwargs) -> Node:
     return convert(ctx, x, meta_dtype(fx_node))
 
 
@@ -236,7 +237,7 @@ def _gelu(ctx: Importer, fx_node, x: Node, approximate: str = "none") -> Node:
 
 
 _BINARY = {
-    aten.add: "add", aten.sub: "sub", aten.mul: "mul", aten.div: "div", aten.pow: "pow", aten.maximum: "maximum",
+    aten.add: "add", aten.sub: "sub", aten.mul: "mul", aten.div: "div", aten.true_divide: "div", aten.pow: "pow", aten.maximum: "maximum",
     aten.minimum: "minimum", aten.remainder: "remainder", aten.fmod: "fmod", aten.atan2: "atan2",
     aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
 }

@@ -7,7 +7,8 @@ result type is ``[b, s, 12, 64]`` in disc symbols.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

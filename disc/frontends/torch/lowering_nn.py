@@ -7,7 +7,8 @@ into one kernel, and it keeps the op set small.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import (

@@ -8,7 +8,8 @@ run time), which is where most dim equalities of a program come from.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -46,10 +47,9 @@ def _bool(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
     return "i1"
 
 
-def _unary(name: str, fn: Callable[[torch.Tensor], torch.Tensor], float_only: bool = False, doc: str = "") -> None:
-    register(name, "x", dtype=_float_dtype if float_only else _same_dtype, shape=same_shape_rule, category=ELEMENTWISE, doc=doc)(
-        lambda x: fn(x)
-    )
+def _unary(name: str, fn: Callable[[torch.Tensor], torch.Tensor], float_only: bool = False, doc: str = "", dtype=None) -> None:
+    rule = dtype or (_float_dtype if float_only else _same_dtype)
+    register(name, "x", dtype=rule, shape=same_shape_rule, category=ELEMENTWISE, doc=doc)(lambda x: fn(x))
 
 
 def _binary(name: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], dtype=_same_dtype, doc: str = "") -> None:
@@ -76,9 +76,9 @@ _unary("floor", torch.floor)
 _unary("ceil", torch.ceil)
 _unary("round", torch.round)
 _unary("relu", torch.relu)
-_unary("logical_not", torch.logical_not)
+_unary("logical_not", torch.logical_not, dtype=_bool)
 _unary("bitwise_not", torch.bitwise_not)
-_unary("isnan", torch.isnan)
+_unary("isnan", torch.isnan, dtype=_bool)
 _unary("gelu", lambda x: torch.nn.functional.gelu(x), True, "GELU with the exact erf formula")
 _unary("gelu_tanh", lambda x: torch.nn.functional.gelu(x, approximate="tanh"), True, "GELU, tanh approximation")
 _unary("silu", torch.nn.functional.silu, True)
@@ -95,9 +95,9 @@ _binary("pow", torch.pow)
 _binary("maximum", torch.maximum)
 _binary("minimum", torch.minimum)
 _binary("atan2", torch.atan2)
-_binary("logical_and", torch.logical_and)
-_binary("logical_or", torch.logical_or)
-_binary("logical_xor", torch.logical_xor)
+_binary("logical_and", torch.logical_and, _bool)
+_binary("logical_or", torch.logical_or, _bool)
+_binary("logical_xor", torch.logical_xor, _bool)
 _binary("bitwise_and", torch.bitwise_and)
 _binary("bitwise_or", torch.bitwise_or)
 _binary("bitwise_xor", torch.bitwise_xor)

@@ -7,7 +7,8 @@ importer's side table under the ``call`` key.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 

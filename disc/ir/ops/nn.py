@@ -22,7 +22,8 @@ ceil-mode correction of PyTorch is resolved in closed form, see
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -37,10 +38,9 @@ from disc.ir.registry import (
     fixed_dtype,
     normalize_axis,
     register,
-    same_dtype_as,
     tensor,
 )
-from disc.ir.types import DTYPES, FLOAT_DTYPES, Type
+from disc.ir.types import FLOAT_DTYPES, Type
 from disc.shape.expr import DimLike, SymExpr, as_expr
 
 
@@ -99,7 +99,9 @@ def _divisible(ctx: ShapeContext, d: DimLike, k: int, why: str) -> None:
     ctx.constraints.assume(e, "%", k, f"{ctx.op}: {why}")
 
 
-def conv_output_dim(n: DimLike, k: DimLike, stride: int, padding: int, dilation: int, transposed: bool = False, output_padding: int = 0) -> SymExpr:
+def conv_output_dim(
+    n: DimLike, k: DimLike, stride: int, padding: int, dilation: int, transposed: bool = False, output_padding: int = 0
+) -> SymExpr:
     """One spatial output size of aten.convolution, as a symbolic expression."""
     reach = as_expr(k) * dilation - dilation  # dilation * (k - 1)
     if transposed:
@@ -207,7 +209,9 @@ def _window_attrs(ctx: ShapeContext, rank: int, attrs: Mapping[str, Any]):
     padding = attrs["padding"]
     if padding == ():
         padding = ((0, 0),) * rank
-    ctx.check(isinstance(padding, tuple) and len(padding) == rank, f"padding {padding!r} must have one (low, high) pair per dim (rank {rank})")
+    ctx.check(
+        isinstance(padding, tuple) and len(padding) == rank, f"padding {padding!r} must have one (low, high) pair per dim (rank {rank})"
+    )
     for i, p in enumerate(padding):
         _ints(ctx, f"padding[{i}]", p, 2, 0)
     return window, strides, tuple(tuple(p) for p in padding), dilation

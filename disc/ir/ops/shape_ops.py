@@ -7,7 +7,9 @@ instead of re-deriving shapes op by op.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -43,6 +45,16 @@ def _binary_index(fn):
     return rule
 
 
+def fresh_symbol(ctx: ShapeContext, kind: str, a: SymExpr, b: SymExpr) -> SymExpr:
+    """A symbol for a value no expression captures, named by what computes it.
+
+    The name is a function of the operands, so inferring the same op twice
+    (the verifier re-infers every node) yields the same symbol.
+    """
+    digest = hashlib.sha1(f"{kind}({a}, {b})".encode()).hexdigest()[:6]
+    return ctx.constraints.new_symbol(name=f"{kind}_{digest}", source=f"{kind}({a}, {b})")
+
+
 def _floordiv(ctx: ShapeContext, a: SymExpr, b: SymExpr):
     if b.is_const:
         ctx.check(b.const_value > 0, f"division by non-positive constant {b}")
@@ -51,7 +63,7 @@ def _floordiv(ctx: ShapeContext, a: SymExpr, b: SymExpr):
     if q is not None:
         return q
     # Not expressible: the quotient is a new symbol, computed at run time.
-    return ctx.new_symbol(f"{a} // {b}")
+    return fresh_symbol(ctx, "div", a, b)
 
 
 def _max_min(pick_max: bool):
@@ -61,7 +73,7 @@ def _max_min(pick_max: bool):
             return a if pick_max else b
         if c.prove_ge(b, a):
             return b if pick_max else a
-        return ctx.new_symbol(f"{'max' if pick_max else 'min'}({a}, {b})")
+        return fresh_symbol(ctx, "max" if pick_max else "min", a, b)
 
     return rule
 

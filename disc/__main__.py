@@ -1,0 +1,5 @@
+import sys
+
+from disc.cli import main
+
+sys.exit(main())
