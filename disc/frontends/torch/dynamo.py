@@ -80,6 +80,31 @@ def _drop_zero_one_specialisation(example_inputs: Sequence[Any]) -> None:
     for sym, vr in list(shape_env.var_to_range.items()):
         if vr.lower == 2 and sym in getattr(shape_env, "var_to_sources", {}):
             shape_env.var_to_range[sym] = ValueRanges(1, vr.upper)
+    guards = getattr(shape_env, "guards", None)
+    if isinstance(guards, list):
+        guards[:] = [g for g in guards if not _is_meta_kernel_not_one_guard(g)]
+
+
+# Files of torch's own shape checks (meta kernels, refs, contiguity helpers).
+_TORCH_META_FILES = ("_prims_common", "_subclasses/fake_impls", "_meta_registrations", "_refs/")
+
+
+def _is_meta_kernel_not_one_guard(guard: Any) -> bool:
+    """A ``size != 1``-style guard that torch's own meta kernels added, not user code.
+
+    Such guards (contiguity checks, broadcast inference inside a fake kernel)
+    describe how torch traced the op, not what the program means; disc
+    derives broadcasts itself and checks them at run time, so they may go.
+    Guards from user code (``if x.size(0) == 1``) are kept.
+    """
+    import sympy
+
+    expr = getattr(guard, "expr", None)
+    if not isinstance(expr, sympy.Ne):
+        return False
+    loc = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+    filename = loc if isinstance(loc, str) else getattr(loc, "filename", "") or ""
+    return any(part in filename.replace("\\", "/") for part in _TORCH_META_FILES)
 
 
 def _boxed(fx_gm: torch.fx.GraphModule) -> Callable[..., Any]:
