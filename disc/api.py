@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from disc.errors import CompileError
+from disc.errors import CompileError, InputError
 from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
 from disc.runtime.checks import check_inputs
@@ -106,13 +106,9 @@ class CompiledModule:
         tensors = list(args)
         for name in self.input_names[len(args) :]:
             if name not in kwargs:
-                from disc.errors import InputError
-
                 raise InputError(f"missing input {name!r}; inputs are {self.input_names}")
             tensors.append(kwargs.pop(name))
         if kwargs:
-            from disc.errors import InputError
-
             raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
         check_inputs(self.graph, self.input_names, tensors)
         self.report.calls += 1

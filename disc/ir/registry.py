@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from disc.ir.types import IndexType, TensorType, Type
-from disc.shape.expr import DimLike, SymExpr, as_expr
+from disc.shape.expr import DimLike, as_expr
 
 if TYPE_CHECKING:
     from disc.ir.graph import Graph, Node
@@ -63,9 +63,6 @@ class ShapeContext:
     def check(self, cond: bool, message: str) -> None:
         if not cond:
             raise ShapeRuleError(f"{self.op}: {message}")
-
-    def new_symbol(self, source: str, **kw) -> SymExpr:
-        return self.constraints.new_symbol("s", source=source, **kw)
 
     def normalize(self, d: DimLike) -> DimLike:
         e = self.constraints.normalize(d)

@@ -122,10 +122,15 @@ class ReferenceExecutor:
         self.graph = graph
         self.fallbacks = dict(fallbacks or {})
         self.shape_program = build_shape_program(graph)
+        # Values live in slots numbered by node position; all look-ups are planned here, not per call.
+        self._slot = {n: i for i, n in enumerate(graph.nodes)}
         self._steps = self._plan()
+        self._inputs = [self._slot[n] for n in graph.inputs]
+        self._outputs = [self._slot[n] for n in graph.outputs]
+        self._index_slots = {n.name: self._slot[n] for n in graph.nodes if n.name in self.shape_program.computed}
 
-    def _plan(self) -> list[tuple[Node, Callable[..., Any], dict[str, Any], list[int]]]:
-        index_of = {n: i for i, n in enumerate(self.graph.nodes)}
+    def _plan(self) -> list[tuple[int, Callable[..., Any], dict[str, Any], list[int], list[int]]]:
+        index_of = self._slot
         last_use: dict[Node, int] = {}
         for i, n in enumerate(self.graph.nodes):
             for x in n.inputs:
@@ -142,24 +147,17 @@ class ReferenceExecutor:
             if n.op == "torch_fallback":
                 attrs = {"call": self.fallbacks[attrs["call"]]}
             # Values dead after this step are dropped to keep peak memory near eager's.
-            free = [index_of[x] for x in n.inputs if last_use.get(x) == i]
-            steps.append((n, get_spec(n.op).reference, attrs, free))
+            free = [index_of[x] for x in n.inputs if last_use.get(x) == i and x.op != "input" and not isinstance(x.type, IndexType)]
+            steps.append((i, get_spec(n.op).reference, attrs, [index_of[x] for x in n.inputs], free))
         return steps
 
     def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        g = self.graph
         index_values = self.shape_program.fn([tuple(t.shape) for t in inputs])
-        values: dict[int, Any] = {}
-        pos = {n: i for i, n in enumerate(g.nodes)}
-        for node, t in zip(g.inputs, inputs):
-            values[pos[node]] = t
-        for n in g.nodes:
-            if n.name in index_values:
-                values[pos[n]] = index_values[n.name]
-        for node, fn, attrs, free in self._steps:
-            args = [values[pos[i]] for i in node.inputs]
-            values[pos[node]] = fn(*args, **attrs)
+        values: dict[int, Any] = dict(zip(self._inputs, inputs))
+        for name, slot in self._index_slots.items():
+            values[slot] = index_values[name]
+        for slot, fn, attrs, operands, free in self._steps:
+            values[slot] = fn(*[values[i] for i in operands], **attrs)
             for f in free:
-                if not isinstance(g.nodes[f].type, IndexType) and g.nodes[f].op != "input":
-                    values.pop(f, None)
-        return [values[pos[o]] for o in g.outputs]
+                values.pop(f, None)
+        return [values[o] for o in self._outputs]

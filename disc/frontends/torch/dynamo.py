@@ -189,9 +189,8 @@ def _record_failure(gm: torch.fx.GraphModule, error: Exception, start: float) ->
         fallbacks={"<whole graph>": 1},
         compile_seconds=time.perf_counter() - start,
     )
-    report.hints = {}
     record_report(report)
-    if __debug__ and _debug():
+    if _debug():
         traceback.print_exception(error)
 
 

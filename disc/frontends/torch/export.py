@@ -1,9 +1,10 @@
 """``disc.compile`` frontend: capture with ``torch.export``, never specialising on 1.
 
 torch.export (like dynamo) turns an example dim of size 0 or 1 into a constant.
-disc therefore traces with *hint* inputs: every dynamic dim whose example
-size is 0 or 1 is grown to a distinct value >= 2 (by repeating the example's
-own data, so token ids stay in range and masks stay masks). Nothing in the
+disc therefore traces with *hint* inputs: every dynamic dim is set to a trace
+size that is never 0 or 1 (``hint_candidates``: large distinct primes first,
+then the user's own sizes, then small ones), growing or cutting the example's
+own data so token ids stay in range and masks stay masks. Nothing in the
 captured program depends on the hint: disc re-derives every shape with its
 own symbolic rules, and each decision torch made assuming "this dim is not 1"
 (a kept squeeze, a broadcast resolved at trace time) becomes a runtime check

@@ -176,27 +176,18 @@ class Importer:
         operands: list[Node] = []
 
         def slot(v: Any) -> Any:
-            if isinstance(v, torch.fx.Node):
-                val = self.env[v]
-                if isinstance(val, Node):
-                    operands.append(val)
-                    return _Slot(len(operands) - 1)
-                if isinstance(val, (list, tuple)):
-                    return type(val)(slot_value(x) for x in val)
-                return val
+            # Disc values become operands; everything else is kept as the call's literal.
+            if isinstance(v, Node):
+                operands.append(v)
+                return _Slot(len(operands) - 1)
             if isinstance(v, (list, tuple)):
                 return type(v)(slot(x) for x in v)
             if isinstance(v, dict):
                 return {k: slot(x) for k, x in v.items()}
             return v
 
-        def slot_value(x: Any) -> Any:
-            if isinstance(x, Node):
-                operands.append(x)
-                return _Slot(len(operands) - 1)
-            return x
-
-        args, kwargs = slot(fx_node.args), slot(dict(fx_node.kwargs))
+        args = slot(torch.fx.node.map_arg(fx_node.args, lambda n: self.env[n]))
+        kwargs = slot(dict(torch.fx.node.map_arg(fx_node.kwargs, lambda n: self.env[n])))
         target_name = str(fx_node.target)
         self.fallback_counts[target_name] = self.fallback_counts.get(target_name, 0) + 1
         val = fx_node.meta.get("val")

@@ -18,6 +18,7 @@ import torch.fx
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.ir.graph import Node
+from disc.ir.registry import normalize_axis
 from disc.ir.types import dtype_of_torch
 from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
 
@@ -101,7 +102,7 @@ def broadcast_to(ctx: Importer, x: Node, shape: Sequence[DimLike]) -> Node:
 
 
 def elementwise(ctx: Importer, op: str, operands: Sequence[Any], compute_dtype: str) -> Node:
-    nodes = [scalar(ctx, v, compute_dtype) if not isinstance(v, Node) or v.is_index else convert(ctx, v, compute_dtype) for v in operands]
+    nodes = [scalar(ctx, v, compute_dtype) for v in operands]
     shape = broadcast_shapes(ctx, [n.shape for n in nodes])
     nodes = [broadcast_to(ctx, n, shape) for n in nodes]
     return ctx.graph.add(op, nodes)
@@ -124,7 +125,7 @@ def result_type(fx_node: torch.fx.Node, *args: Any) -> str:
 
 
 def norm_axis(axis: int, rank: int) -> int:
-    return axis % rank if rank else 0
+    return normalize_axis(axis, rank, "lowering")
 
 
 def reshape(ctx: Importer, x: Node, shape: Sequence[DimLike]) -> Node:
@@ -219,11 +220,15 @@ _UNARY = {
     aten.neg: "neg", aten.abs: "abs", aten.sign: "sign", aten.exp: "exp", aten.expm1: "expm1", aten.log: "log",
     aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.reciprocal: "reciprocal", aten.tanh: "tanh",
     aten.sigmoid: "sigmoid", aten.sin: "sin", aten.cos: "cos", aten.erf: "erf", aten.floor: "floor", aten.ceil: "ceil",
-    aten.round: "round", aten.relu: "relu", aten.logical_not: "logical_not", aten.bitwise_not: "bitwise_not",
-    aten.isnan: "isnan", aten.silu: "silu",
+    aten.round: "round", aten.relu: "relu", aten.bitwise_not: "bitwise_not", aten.silu: "silu",
 }
 for _t, _op in _UNARY.items():
-    LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, x, **kw: elementwise(ctx, op, [x], meta_dtype(fx_node) if op not in ("logical_not", "isnan") else x.dtype))(_op)
+    LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, x, **kw: elementwise(ctx, op, [x], meta_dtype(fx_node)))(_op)
+
+
+@lower(aten.isnan.default)
+def _isnan(ctx: Importer, fx_node, x: Node) -> Node:
+    return ctx.graph.add("isnan", (x,))
 
 
 @lower(aten.logical_not.default)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import aten, broadcast_to, lower, meta_dtype, norm_axis, reshape, size_value
+from disc.frontends.torch.lowering import aten, broadcast_to, convert, lower, meta_dtype, norm_axis, reshape, size_value
 from disc.ir.graph import Node
 from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
 
@@ -171,8 +171,6 @@ def _split(ctx: Importer, fx_node, x: Node, sizes: Any, axis: int = 0) -> list[N
 @lower(aten.cat.default)
 def _cat(ctx: Importer, fx_node, tensors: Sequence[Node], axis: int = 0) -> Node:
     dtype = meta_dtype(fx_node)
-    from disc.frontends.torch.lowering import convert
-
     parts = [convert(ctx, t, dtype) for t in tensors if not (t.tensor_type.rank == 1 and t.shape[0] == 0)]
     if len(parts) == 1:
         return parts[0]
@@ -227,8 +225,6 @@ def _scatter_add(ctx: Importer, fx_node, x: Node, axis: int, index: Node, src: N
 
 @lower(aten.cumsum.default)
 def _cumsum(ctx: Importer, fx_node, x: Node, axis: int, dtype: Any = None) -> Node:
-    from disc.frontends.torch.lowering import convert
-
     return ctx.graph.add("cumsum", (convert(ctx, x, meta_dtype(fx_node)),), {"axis": norm_axis(axis, x.tensor_type.rank)})
 
 
