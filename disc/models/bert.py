@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from disc.models.seeded import build_seeded
+
 
 @dataclass(frozen=True)
 class BertConfig:
@@ -166,10 +168,7 @@ class BertModel(nn.Module):
 
 
 def bert(config: BertConfig, seed: int = 0) -> BertModel:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = BertModel(config)
-    return model.eval()
+    return build_seeded(BertModel, config, seed)
 
 
 def bert_tiny(seed: int = 0) -> BertModel:

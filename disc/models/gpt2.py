@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from disc.models.seeded import build_seeded
+
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -129,10 +131,7 @@ class GPT2LMHeadModel(nn.Module):
 
 
 def gpt2(config: GPT2Config, seed: int = 0) -> GPT2LMHeadModel:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = GPT2LMHeadModel(config)
-    return model.eval()
+    return build_seeded(GPT2LMHeadModel, config, seed)
 
 
 def gpt2_tiny(seed: int = 0) -> GPT2LMHeadModel:

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from disc.models.seeded import build_seeded
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -181,10 +183,7 @@ class LlamaForCausalLM(nn.Module):
 
 
 def llama(config: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model.eval()
+    return build_seeded(LlamaForCausalLM, config, seed)
 
 
 def llama_tiny(seed: int = 0) -> LlamaForCausalLM:

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from disc.models.seeded import build_seeded
+
 
 @dataclass(frozen=True)
 class ResNetConfig:
@@ -86,10 +88,7 @@ class ResNet(nn.Module):
 
 
 def resnet(config: ResNetConfig, seed: int = 0) -> ResNet:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = ResNet(config)
-    return model.eval()
+    return build_seeded(ResNet, config, seed)
 
 
 def resnet_tiny(seed: int = 0) -> ResNet:

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from disc.models.seeded import build_seeded
+
 
 @dataclass(frozen=True)
 class T5Config:
@@ -318,10 +320,7 @@ class T5ForConditionalGeneration(nn.Module):
 
 
 def _build(cls, config: T5Config, seed: int):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = cls(config)
-    return model.eval()
+    return build_seeded(cls, config, seed)
 
 
 _TINY = T5Config(d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=2)

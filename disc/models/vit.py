@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from disc.models.seeded import build_seeded
+
 
 @dataclass(frozen=True)
 class ViTConfig:
@@ -128,10 +130,7 @@ class VisionTransformer(nn.Module):
 
 
 def vit(config: ViTConfig, seed: int = 0) -> VisionTransformer:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = VisionTransformer(config)
-    return model.eval()
+    return build_seeded(VisionTransformer, config, seed)
 
 
 def vit_tiny(seed: int = 0) -> VisionTransformer:
