@@ -19,7 +19,7 @@ from disc.errors import CompileError, InputError
 from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
 from disc.runtime.checks import check_inputs
-from disc.runtime.reference import ReferenceExecutor
+from disc.runtime.reference import ExecutionProfile, ReferenceExecutor
 from disc.shape.expr import parse_expr
 
 Constraints = Mapping[str, Any] | Sequence[str]
@@ -115,6 +115,13 @@ class CompiledModule:
         with torch.no_grad():
             outs = self.executor.run(tensors)
         return unflatten_outputs(self.out_spec, outs)
+
+
+    def profile(self, *args: Any) -> ExecutionProfile:
+        """Kernels executed (memory-bound, library, fallback) and peak workspace at these inputs."""
+        check_inputs(self.graph, self.input_names, list(args))
+        with torch.no_grad():
+            return self.executor.profile(list(args))
 
 
 def compile(

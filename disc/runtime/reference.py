@@ -20,7 +20,7 @@ import torch
 
 from disc.errors import ShapeError
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import get_spec
+from disc.ir.registry import LIBRARY, SHAPE, SOURCE, get_spec
 from disc.ir.types import IndexType
 from disc.shape.expr import SymExpr, as_expr
 
@@ -161,3 +161,52 @@ class ReferenceExecutor:
             for f in free:
                 values.pop(f, None)
         return [values[o] for o in self._outputs]
+
+    def profile(self, inputs: Sequence[torch.Tensor]) -> ExecutionProfile:
+        """Run once at these inputs and count what executing the program costs.
+
+        Kernels are the tensor ops executed (each one torch call here), by kind;
+        workspace is the peak of live intermediate bytes (inputs, constants and
+        parameters excluded), i.e. the memory a buffer planner would need.
+        """
+        index_values = self.shape_program.fn([tuple(t.shape) for t in inputs])
+        values: dict[int, Any] = dict(zip(self._inputs, inputs))
+        for name, slot in self._index_slots.items():
+            values[slot] = index_values[name]
+        nodes = self.graph.nodes
+        kernels = {"memory_bound": 0, "library": 0, "fallback": 0}
+        live: dict[int, int] = {}
+        peak = 0
+        for slot, fn, attrs, operands, free in self._steps:
+            values[slot] = fn(*[values[i] for i in operands], **attrs)
+            node = nodes[slot]
+            kind = _kernel_kind(node)
+            if kind is not None:
+                kernels[kind] += 1
+                out = values[slot]
+                live[slot] = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0
+                peak = max(peak, sum(live.values()))
+            for f in free:
+                values.pop(f, None)
+                live.pop(f, None)
+        return ExecutionProfile(kernels=kernels, workspace_bytes=peak)
+
+
+@dataclass
+class ExecutionProfile:
+    """What one execution of a program cost: kernels launched by kind, peak workspace bytes."""
+
+    kernels: dict[str, int]
+    workspace_bytes: int
+
+
+def _kernel_kind(node: Node) -> str | None:
+    """Which kind of kernel a node executes as, or None if it computes no tensor data."""
+    category = get_spec(node.op).category
+    if node.op == "torch_fallback":
+        return "fallback"
+    if category == LIBRARY:
+        return "library"
+    if category in (SOURCE, SHAPE) or isinstance(node.type, IndexType):
+        return None
+    return "memory_bound"

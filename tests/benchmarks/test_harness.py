@@ -1,0 +1,85 @@
+"""The benchmark harness: error measure, summary statistics, and the smoke suite end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.harness import SystemResult, _summarise, rel_error
+from benchmarks.report import embed_in_docs
+from benchmarks.systems import SYSTEMS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rel_error_compares_every_leaf_and_flags_shape_mismatch() -> None:
+    ref = (torch.tensor([1.0, -4.0]), torch.tensor([2.0]))
+    assert rel_error(ref, ref) == 0.0
+    assert rel_error((torch.tensor([1.0, -3.0]), torch.tensor([2.0])), ref) == pytest.approx(0.25)
+    assert rel_error((torch.tensor([1.0, -4.0]), torch.tensor([2.5])), ref) == pytest.approx(0.25)
+    assert math.isinf(rel_error((torch.tensor([1.0]), torch.tensor([2.0])), ref))
+    assert math.isinf(rel_error(torch.tensor([1.0, -4.0]), ref))
+
+
+def test_summary_medians_speedups_and_noise() -> None:
+    eager = SystemResult("eager", steady_ms=[[10.0, 12.0, 11.0], [4.0, 4.0, 4.0]], first_result_s=1.0)
+    fast = SystemResult("fast", steady_ms=[[5.0, 6.0, 5.5], [1.0, 1.0, 2.0]], first_result_s=3.0)
+    results = {"eager": eager, "fast": fast}
+    _summarise(results, 2)
+    assert fast.median_ms == [5.5, 1.0]
+    assert fast.speedup == pytest.approx([2.0, 4.0])
+    assert fast.geomean_speedup == pytest.approx(math.sqrt(8.0))
+    assert fast.cold_compile_s == pytest.approx(3.0 - 0.0055)
+    # Round 3 was slow for "fast" at shape 2, so the per-round geomeans differ: the spread shows it.
+    assert len(fast.geomean_speedup_per_round) == 3 and fast.geomean_speedup_spread > 0.1
+    assert eager.geomean_speedup == pytest.approx(1.0) and eager.geomean_speedup_spread == 0.0
+
+
+def test_embed_in_docs_replaces_only_its_block(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Bench\n\nprose stays\n")
+    embed_in_docs(doc, "cpu", "old ![p](plots/a.png)\n", Path("benchmarks/cpu"))
+    embed_in_docs(doc, "gpu", "gpu table\n", Path("benchmarks/gpu"))
+    embed_in_docs(doc, "cpu", "new ![p](plots/a.png)\n", Path("benchmarks/cpu"))
+    text = doc.read_text()
+    assert "prose stays" in text and "gpu table" in text and "old" not in text
+    assert "new ![p](benchmarks/cpu/plots/a.png)" in text
+    assert text.count("<!-- results:cpu -->") == 1
+
+
+@pytest.mark.slow
+def test_smoke_suite_runs_every_installed_system(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "run", "--suite", "smoke", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert (tmp_path / "results.md").read_text().startswith("## Suite `smoke`")
+    (workload,) = results["workloads"]
+    by_name = {s["system"]: s for s in workload["systems"]}
+    assert set(by_name) == set(SYSTEMS)
+    for name, s in by_name.items():
+        missing = SYSTEMS[name].missing()
+        if missing:  # not installed: skipped with the reason, never a crash
+            assert s["status"] == "skipped" and "not installed" in s["reason"]
+            continue
+        assert s["status"] == "ok", (name, s["reason"])
+        assert s["max_rel_err"] <= 1e-4, name
+        assert len(s["median_ms"]) == 2 and all(t > 0 for t in s["median_ms"]), name
+        assert s["first_result_s"] > 0 and s["stream_s"] >= s["first_result_s"], name
+        assert s["warm_start_s"] is not None and s["warm_start_s"] > 0, name
+    assert by_name["disc"]["compilations"] == 1
+    assert by_name["eager"]["compilations"] == 0
+    assert by_name["disc"]["profile"]["kernels"]["library"] > 0
+    assert results["machine"]["bandwidth"]["machine_gbs"] > 0
+    if "matplotlib" in results["meta"]["versions"] or not results["meta"]["plot_note"]:
+        assert len(list((tmp_path / "plots").glob("*.png"))) == 3

@@ -1,0 +1,108 @@
+"""The machine probes (benchmarks/machine.py) in quick mode: shape and sanity of every figure, never speed.
+
+The machine running the tests is shared, so nothing here compares two timings; it checks that each
+figure exists, is a positive finite number below a physical bound, and that disc computes what eager does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from benchmarks.machine import MICROS, progress_steps, run_machine_suite
+
+MAX_GBS = 2000.0  # far above any CPU's memory or cache bandwidth: a figure above it is a unit or timing bug
+MAX_GFLOPS = 100_000.0
+MAX_REL_ERROR = 1e-4
+
+
+def _sane(x: Any, upper: float = math.inf) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and 0 < x < upper
+
+
+@pytest.fixture(scope="module")
+def suite() -> tuple[dict[str, Any], list[str]]:
+    labels: list[str] = []
+    return run_machine_suite(quick=True, progress=labels.append), labels
+
+
+def test_suite_is_json_with_the_agreed_keys(suite):
+    result, labels = suite
+    assert {"bandwidth", "gemm", "memory_bound", "threads", "cpu"} <= set(result)
+    assert result["threads"] >= 1 and isinstance(result["cpu"], str) and result["cpu"]
+    json.dumps(result, allow_nan=False)  # plain data only: no tensors, no NaN or inf
+    assert len(labels) == progress_steps(quick=True)
+    assert all(isinstance(label, str) and label for label in labels)
+    for probe in result["contention"].values():
+        assert _sane(probe["one_thread_s"]) and _sane(probe["all_threads_s"]) and isinstance(probe["contended"], bool)
+
+
+def test_bandwidth(suite):
+    bw = suite[0]["bandwidth"]
+    for group in ("kernels", "one_thread"):
+        if bw[group] is None:  # a single-thread machine has nothing to compare
+            continue
+        assert set(bw[group]) == {"copy", "scale", "add", "triad"}
+        for k in bw[group].values():
+            assert _sane(k["best_gbs"], MAX_GBS) and _sane(k["median_gbs"], MAX_GBS)
+            assert k["median_gbs"] <= k["best_gbs"] * (1 + 1e-9)
+            assert k["spread"] >= 0 and k["reps"] >= 3
+    assert bw["kernels"]["triad"]["bytes"] == 3 * bw["kernels"]["copy"]["bytes"] // 2  # STREAM's counting
+    assert bw["headline_kernel"] in ("triad", "copy")
+    assert bw["headline_gbs"] == bw["kernels"][bw["headline_kernel"]]["best_gbs"]
+
+
+def test_gemm(suite):
+    gemm = suite[0]["gemm"]
+    names = [s["name"] for s in gemm["shapes"]]
+    assert any("bert-base" in n for n in names) and any("bert-small" in n for n in names) and any("attention" in n for n in names)
+    for s in gemm["shapes"]:
+        assert math.isclose(s["gflop"], 2 * s["batch"] * s["m"] * s["k"] * s["n"] / 1e9)
+        assert _sane(s["median_gflops"], MAX_GFLOPS) and s["median_gflops"] <= s["best_gflops"] * (1 + 1e-9)
+        assert s["spread"] >= 0
+    assert gemm["peak_gflops"] == max(s["median_gflops"] for s in gemm["shapes"])
+
+
+def test_memory_bound(suite):
+    result = suite[0]
+    mb = result["memory_bound"]
+    assert mb["peak_gbs"] == result["bandwidth"]["headline_gbs"]
+    assert list(mb["kernels"]) == [m.name for m in MICROS]
+    for name, kernel in mb["kernels"].items():
+        sizes = kernel["sizes"]
+        assert len(sizes) >= 3, name
+        assert [s["ideal_bytes"] for s in sizes] == sorted(s["ideal_bytes"] for s in sizes), f"{name}: sizes go small to large"
+        assert kernel["compile_s"] > 0
+        for s in sizes:
+            # error_vs_float64 says which side drifted, should this ever fail.
+            assert 0 <= s["max_rel_error"] <= MAX_REL_ERROR, (name, s["shape"], s["max_rel_error"], s["error_vs_float64"])
+            assert all(math.isfinite(e) and e >= 0 for e in s["error_vs_float64"].values())
+            for side in ("eager", "disc"):
+                fig = s[side]
+                assert _sane(fig["gbs"], MAX_GBS) and _sane(fig["median_s"]), (name, side, fig)
+                assert math.isclose(fig["gbs"], s["ideal_bytes"] / fig["median_s"] / 1e9)
+                assert math.isclose(fig["fraction_of_peak"], fig["gbs"] / mb["peak_gbs"])
+            assert _sane(s["disc_speedup"])
+
+
+def test_ideal_bytes_read_inputs_once_and_write_once(suite):
+    kernels = suite[0]["memory_bound"]["kernels"]
+    for s in kernels["layernorm"]["sizes"]:
+        rows, hidden = s["input_shapes"][0]
+        assert s["ideal_bytes"] == 4 * (2 * rows * hidden + 2 * hidden)  # x in, y out, weight and bias
+    for s in kernels["softmax"]["sizes"]:
+        (b, h, q, k), mask = s["input_shapes"]
+        assert mask == [b, 1, 1, k]
+        assert s["ideal_bytes"] == 4 * (2 * b * h * q * k + b * k)
+    for s in kernels["residual_layernorm"]["sizes"]:
+        rows, hidden = s["input_shapes"][0]
+        assert s["ideal_bytes"] == 4 * (3 * rows * hidden + 2 * hidden)
+
+
+def test_dynamic_dims_are_named_as_in_a_model(suite):
+    kernels = suite[0]["memory_bound"]["kernels"]
+    assert kernels["layernorm"]["dynamic"] == {"x": {0: "rows"}}
+    assert kernels["softmax"]["dynamic"] == {"scores": {0: "b", 2: "s", 3: "s"}, "mask": {0: "b", 3: "s"}}
