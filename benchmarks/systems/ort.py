@@ -42,8 +42,7 @@ def make_session(onnx_path: Path, threads: int) -> Any:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
-    options.log_severity_level = 3  # errors only: shape-inference warnings on dynamic dims are expected
-    # Spin inside a run (ORT's default, ~15% faster on small calls) but not after it: the suite interleaves
+    # Spin inside a run (ORT's default, ~20% faster on small calls) but not after it: the suite interleaves
     # systems call by call, and threads left spinning took the cores from the next one (eager 2x slower on gpt2-decode).
     options.add_session_config_entry("session.force_spinning_stop", "1")
     return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])

@@ -1,10 +1,13 @@
 """OpenVINO: the model converted by OpenVINO's own PyTorch frontend (dynamic dims), compiled for the CPU plugin.
 
 Why ``openvino.convert_model`` from torch rather than the onnxruntime adapter's
-ONNX file: both handled every workload at every shape, but OpenVINO ran its
-own conversion 10-55% faster (it keeps attention's transposes inside the
-MatMuls: 4 Transpose nodes left in bert-small against 28 from the ONNX file),
-and converting took under a second against 2-15 s for the ONNX export.
+ONNX file: both handled every workload at every shape (1-sized dims too), but
+OpenVINO ran its own conversion 1.1-1.6x faster at a mid-size shape of each
+workload (it folds attention's transposes into the MatMuls: 4 Transposes are
+left in bert-small's compiled graph against 28 from the ONNX file), and the
+conversion took 1-4 s in a fresh process against 2.5-12 s for the ONNX export.
+The frontend traces with TorchScript (deprecated in torch 2.13, still working);
+the tracer's warnings become notes on the results.
 
 Precision is forced to f32: on CPUs with bf16 the plugin would otherwise run
 bf16 (3.5x faster on bert-small here) and the comparison with eager would not
