@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     for dtype_name in suite.dtypes:
         ctx = Context(device=device, dtype=getattr(torch, dtype_name), workdir=scratch / dtype_name)
         for w in workloads:
-            res = run_workload(w, systems, ctx, progress, repeats=args.repeats)
+            res = run_workload(w, systems, ctx, progress, repeats=args.repeats, honour_exclusions=args.systems is None)
             if dtype_name != "float32":
                 res.name = f"{res.name} ({dtype_name})"
             results.append(res)

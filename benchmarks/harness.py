@@ -188,8 +188,12 @@ def run_workload(
     ctx: Context,
     progress: Progress | None = None,
     repeats: int | None = None,
+    honour_exclusions: bool = True,
 ) -> WorkloadResult:
-    """Cold pass, warm start and interleaved steady state for every system on one workload."""
+    """Cold pass, warm start and interleaved steady state for every system on one workload.
+
+    ``honour_exclusions=False`` runs the systems a workload leaves out by default (``Workload.excluded``).
+    """
     started = time.perf_counter()
     repeats = repeats or workload.repeats
     tick = progress.step if progress else (lambda label, n=1: None)
@@ -211,6 +215,8 @@ def run_workload(
             res = results[system.name]
             label = f"{workload.name} · {system.name}"
             why = system.missing() or system.unsupported(workload, ctx)
+            if not why and honour_exclusions:
+                why = workload.excluded.get(system.name)
             if why:
                 res.status, res.reason = "skipped", why
                 tick(f"{label} skipped", n * (2 + repeats) + 1)
@@ -223,7 +229,8 @@ def run_workload(
                 continue
             tick(f"{label} cold start done", n)
             progress and progress.show(f"{label} warm start (fresh process)")
-            res.warm_start_s = _warm_start(system, workload, ctx, workdir, res)
+            if system.compiles:
+                res.warm_start_s = _warm_start(system, workload, ctx, workdir, res)
             tick(f"{label} warm start done")
             runner = _checked_runner(system, model, workload, inputs, refs, ctx, workdir, res, lambda s: tick(f"{label} check {s}"))
             if runner is None:

@@ -54,6 +54,7 @@ class System:
     requires: tuple[str, ...] = ()  # importable modules it needs (optional extras)
     devices: tuple[str, ...] = ("cpu", "cuda")
     cache_note: str = ""  # what "warm start" means for this system
+    compiles: bool = True  # False: nothing to prepare, so no warm start is measured
     options: dict[str, Any] = field(default_factory=dict)
 
     def missing(self) -> str | None:

@@ -10,4 +10,4 @@ class Eager(System):
         return Runner(model)
 
 
-register(Eager("eager", "PyTorch eager (no compilation)", cache_note="nothing to compile"))
+register(Eager("eager", "PyTorch eager (no compilation)", cache_note="nothing to compile", compiles=False))

@@ -76,7 +76,8 @@ def test_smoke_suite_runs_every_installed_system(tmp_path: Path) -> None:
         assert s["max_rel_err"] <= 1e-4, name
         assert len(s["median_ms"]) == 2 and all(t > 0 for t in s["median_ms"]), name
         assert s["first_result_s"] > 0 and s["stream_s"] >= s["first_result_s"], name
-        assert s["warm_start_s"] is not None and s["warm_start_s"] > 0, name
+        if SYSTEMS[name].compiles:
+            assert s["warm_start_s"] is not None and s["warm_start_s"] > 0, name
     assert by_name["disc"]["compilations"] == 1
     assert by_name["eager"]["compilations"] == 0
     assert by_name["disc"]["profile"]["kernels"]["library"] > 0
