@@ -52,6 +52,11 @@ class CompileReport:
             lines += [f"  {target}: {count}" for target, count in sorted(self.fallbacks.items())]
         else:
             lines.append("  none: every op is compiled")
+        from disc.fusion.plan import plan_fusion
+
+        lines.append("")
+        lines.append("-- fusion plan (kernels a fusing backend would generate; the reference executor runs op by op) --")
+        lines += ["  " + ln for ln in plan_fusion(g).describe().splitlines()]
         counts = g.op_counts()
         lines.append("")
         lines.append("-- op counts --")

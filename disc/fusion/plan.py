@@ -1,0 +1,233 @@
+"""Fusion planning: which IR ops become one kernel, decided from shape constraints alone.
+
+The plan is the contract between the optimised graph and the code generators
+(CPU C++ and Triton alike): each ``FusionGroup`` is one kernel (or one library
+call), named by its kind, as in DISC:
+
+- ``loop``: elementwise, broadcast and index-remapping ops over one iteration
+  space; a producer joins its consumer when their element counts are provably
+  equal (``ShapeConstraints.prove_same_numel``), never by comparing values;
+- ``input``: a reduction with the producers of its input (same rule);
+- ``stitch``: a reduction together with the ops that broadcast its result back
+  over the reduced rows and combine it (LayerNorm, softmax, RMSNorm): one
+  kernel that keeps the row in cache instead of writing the reduction out;
+- ``library``: a GEMM or convolution, alone (its epilogue stays a loop group);
+- ``fallback``: an op PyTorch runs.
+
+Cheap producers (broadcasts, iota) are *duplicated* into each consumer group
+rather than materialised: ``FusionGroup.duplicated`` lists them.
+Planning is a pure function of the graph: it never changes it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from disc.ir.graph import Graph, Node
+from disc.ir.registry import BROADCAST, ELEMENTWISE, LIBRARY, REDUCTION, SHAPE, SOURCE, get_spec
+from disc.ir.types import IndexType
+from disc.shape.expr import SymExpr
+
+# Movement ops that only remap indices of one operand: fusible like elementwise ops.
+_INDEX_REMAPS = {"reshape", "transpose"}
+
+
+@dataclass
+class FusionGroup:
+    kind: str  # loop | input | stitch | library | fallback | kernel
+    nodes: list[Node]  # in program order
+    duplicated: list[Node] = field(default_factory=list)  # cheap producers recomputed here and in other groups
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[-1]
+
+    def describe(self) -> str:
+        ops = ", ".join(n.op for n in self.nodes)
+        dup = f"; recomputes {', '.join('%' + n.name for n in self.duplicated)}" if self.duplicated else ""
+        return f"{self.kind:8} -> %{self.root.name} : {self.root.type}  [{ops}]{dup}"
+
+
+@dataclass
+class FusionPlan:
+    groups: list[FusionGroup]
+
+    def counts(self) -> dict[str, int]:
+        """Kernels by kind; library calls and fallbacks counted separately from generated kernels."""
+        return dict(Counter(g.kind for g in self.groups))
+
+    @property
+    def memory_bound_kernels(self) -> int:
+        return sum(1 for g in self.groups if g.kind not in ("library", "fallback"))
+
+    def describe(self) -> str:
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(self.counts().items()))
+        return "\n".join([f"{len(self.groups)} kernels ({counts})"] + ["  " + g.describe() for g in self.groups])
+
+
+def _is_kernel_op(n: Node) -> bool:
+    """Does ``n`` compute tensor data (as opposed to an input, constant or shape scalar)?"""
+    return n.op != "input" and not isinstance(n.type, IndexType) and get_spec(n.op).category not in (SOURCE, SHAPE)
+
+
+def _fusible_kind(n: Node) -> str | None:
+    """How ``n`` takes part in fusion: 'elementwise', 'cheap', 'reduction', or None (stands alone)."""
+    category = get_spec(n.op).category
+    if n.op == "torch_fallback" or category == LIBRARY:
+        return None
+    if category == BROADCAST:
+        return "cheap"
+    if category == ELEMENTWISE or n.op in _INDEX_REMAPS:
+        return "elementwise"
+    if category == REDUCTION and n.op == "reduce":
+        return "reduction"
+    return None
+
+
+class _Planner:
+    """Greedy producer-consumer merging in program order, guarded by shape proofs and a cycle check.
+
+    A group's *spaces* are the element counts it iterates over (each op's
+    output, each reduction's input and output). Two groups joined by an edge
+    merge when they provably share a space: an elementwise chain shares its
+    shape, and a LayerNorm's per-row statistics share the reduction's output
+    space while its normalisation shares the reduction's input space, which
+    is what makes the whole norm one stitch group.
+    """
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.c = g.constraints
+        self.users = g.users()
+        self.order = {n: i for i, n in enumerate(g.nodes)}
+        self.group_of: dict[Node, int] = {}
+        self.members: dict[int, list[Node]] = {}
+        self.spaces: dict[int, list[SymExpr]] = {}
+        self.absorbed: dict[Node, set[int]] = {}  # cheap node -> groups that recompute it
+
+    def run(self) -> FusionPlan:
+        for n in self.g.nodes:
+            if not _is_kernel_op(n) or _fusible_kind(n) == "cheap":
+                continue
+            gid = len(self.members)
+            self.group_of[n] = gid
+            self.members[gid] = [n]
+            self.spaces[gid] = self._spaces_of(n)
+            if _fusible_kind(n) is not None:
+                self._pull(n, n, set())
+        self._materialise_cheap()
+        groups = []
+        for nodes in self.members.values():
+            if nodes:
+                nodes.sort(key=self.order.get)
+                dup = sorted((m for m in nodes if len(self.absorbed.get(m, ())) > 1), key=self.order.get)
+                groups.append(FusionGroup(self._kind(nodes), nodes, dup))
+        groups.sort(key=lambda grp: self.order[grp.root])
+        return FusionPlan(groups)
+
+    def _pull(self, n: Node, via: Node, seen: set[Node]) -> None:
+        """Fuse the producers of ``via`` (``n`` itself, or a cheap op absorbed into n's group) into n's group."""
+        for p in via.inputs:
+            if p in seen or not _is_kernel_op(p):
+                continue
+            seen.add(p)
+            kind = _fusible_kind(p)
+            if kind is None:
+                continue
+            gn = self.group_of[n]
+            if kind == "cheap":
+                # Recomputed in this group rather than written out; its own producers may fuse too.
+                if p not in self.members[gn]:
+                    self.members[gn].append(p)
+                self.absorbed.setdefault(p, set()).add(gn)
+                self._pull(n, p, seen)
+                continue
+            gp = self.group_of[p]
+            if gp != gn and self._share_space(gp, gn) and self._one_row_space(gp, gn) and not self._creates_cycle(gp, gn):
+                self._merge(gp, gn)
+
+    def _materialise_cheap(self) -> None:
+        """A cheap op used by a non-fusing op or returned by the program is also written out by its own kernel."""
+        for n in self.g.nodes:
+            if not _is_kernel_op(n) or _fusible_kind(n) != "cheap":
+                continue
+            needed = n in self.g.outputs or any(
+                _is_kernel_op(u) and n not in self.members.get(self.group_of.get(u, -1), []) for u in self.users[n]
+            )
+            if needed:
+                gid = len(self.members)
+                self.group_of[n] = gid
+                self.members[gid] = [n]
+                self.absorbed.setdefault(n, set()).add(gid)
+
+    def _spaces_of(self, n: Node) -> list[SymExpr]:
+        shapes = [n.shape] + ([n.inputs[0].shape] if _fusible_kind(n) == "reduction" else [])
+        out = []
+        for shape in shapes:
+            numel = SymExpr.const(1)
+            for d in shape:
+                numel = numel * self.c.normalize(d)
+            out.append(numel)
+        return out
+
+    def _share_space(self, a: int, b: int) -> bool:
+        return any(self.c.prove_equal(x, y) for x in self.spaces[a] for y in self.spaces[b])
+
+    def _one_row_space(self, a: int, b: int) -> bool:
+        """A kernel reduces over one row space: all its reductions provably consume equal element counts."""
+        rows = [self._spaces_of(m)[1] for m in self.members[a] + self.members[b] if _fusible_kind(m) == "reduction"]
+        return all(self.c.prove_equal(rows[0], r) for r in rows[1:])
+
+    def _kind(self, nodes: list[Node]) -> str:
+        if len(nodes) == 1:
+            n = nodes[0]
+            if n.op == "torch_fallback":
+                return "fallback"
+            if get_spec(n.op).category == LIBRARY:
+                return "library"
+            if _fusible_kind(n) is None:
+                return "kernel"
+        reductions = [n for n in nodes if _fusible_kind(n) == "reduction"]
+        if not reductions:
+            return "loop"
+        # A reduction whose result is used inside the group was stitched to its consumers.
+        inside = set(nodes)
+        if any(u in inside for r in reductions for u in self.users[r]):
+            return "stitch"
+        return "input"
+
+    def _creates_cycle(self, a: int, b: int) -> bool:
+        """Would merging groups a and b make a group that depends on itself through another group?"""
+        merged = set(self.members[a]) | set(self.members[b])
+        # Walk back from inputs outside the merged set; reaching the merged set again is a cycle.
+        stack = [i for m in merged for i in m.inputs if i not in merged]
+        seen: set[Node] = set()
+        while stack:
+            x = stack.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            for i in x.inputs:
+                if i in merged:
+                    return True
+                stack.append(i)
+        return False
+
+    def _merge(self, a: int, b: int) -> None:
+        for m in self.members[a]:
+            if self.group_of.get(m) == a:
+                self.group_of[m] = b
+            if m not in self.members[b]:
+                self.members[b].append(m)
+            if m in self.absorbed:
+                self.absorbed[m].discard(a)
+                self.absorbed[m].add(b)
+        self.spaces[b] += self.spaces[a]
+        self.members[a] = []
+        self.spaces[a] = []
+
+
+def plan_fusion(g: Graph) -> FusionPlan:
+    """Group the tensor ops of ``g`` into kernels; see the module docstring for the rules."""
+    return _Planner(g).run()

@@ -1,0 +1,82 @@
+"""Fusion planning: groups decided from shape constraints, checked on the patterns that matter."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import disc
+from disc.fusion.plan import plan_fusion
+
+
+def plan_of(model: torch.nn.Module, args: tuple, dynamic: dict):
+    return plan_fusion(disc.compile(model, args, dynamic=dynamic).graph)
+
+
+class LayerNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + residual)
+
+
+class MaskedSoftmax(torch.nn.Module):
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(scores * 0.125 + mask, dim=-1)
+
+
+class LinearGelu(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(32, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.linear(x))
+
+
+def test_residual_layernorm_is_one_stitch_kernel() -> None:
+    plan = plan_of(LayerNorm(), (torch.randn(5, 32), torch.randn(5, 32)), {"x": {0: "rows"}, "residual": {0: "rows"}})
+    assert plan.counts() == {"stitch": 1}
+    (group,) = plan.groups
+    assert sum(n.op == "reduce" for n in group.nodes) == 2  # mean and variance in the same kernel
+
+
+def test_softmax_with_scale_and_mask_is_one_stitch_kernel() -> None:
+    dynamic = {"scores": {0: "b", 2: "s", 3: "s"}, "mask": {0: "b", 3: "s"}}
+    plan = plan_of(MaskedSoftmax(), (torch.randn(2, 3, 7, 7), torch.randn(2, 1, 1, 7)), dynamic)
+    assert plan.counts() == {"stitch": 1}
+    ops = [n.op for n in plan.groups[0].nodes]
+    assert ops.count("reduce") == 2 and "exp" in ops and "div" in ops
+
+
+def test_gemm_is_a_library_call_and_its_epilogue_one_loop() -> None:
+    plan = plan_of(LinearGelu(), (torch.randn(5, 32),), {"x": {0: "rows"}})
+    kinds = [g.kind for g in plan.groups if g.root.op != "transpose"]  # the weight's transpose folds later
+    assert kinds == ["library", "loop"]
+    epilogue = plan.groups[-1]
+    assert [n.op for n in epilogue.nodes if n.op != "broadcast_in_dim"] == ["add", "gelu"]
+
+
+def test_unfusible_op_splits_groups() -> None:
+    class SliceBetween(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.exp(torch.sin(x)[:, 1:])
+
+    plan = plan_of(SliceBetween(), (torch.randn(4, 9),), {"x": {0: "a", 1: "b"}})
+    assert [g.kind for g in plan.groups] == ["loop", "kernel", "loop"]
+
+
+def test_independent_dims_do_not_fuse_without_proof() -> None:
+    # x is [a], y is [b]: nothing proves a == b, so the two reductions stay separate kernels
+    # even though their scalar results meet in one add.
+    class TwoSums(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.exp(x).sum() + torch.exp(y).sum()
+
+    plan = plan_of(TwoSums(), (torch.randn(6), torch.randn(5)), {"x": {0: "a"}, "y": {0: "b"}})
+    groups_with_reduce = [g for g in plan.groups if any(n.op == "reduce" for n in g.nodes)]
+    # Each reduction keeps exp (input fusion); the scalar add joins one of them, not both spaces.
+    assert all(sum(n.op == "exp" for n in g.nodes) == 1 for g in groups_with_reduce)
+    assert plan.memory_bound_kernels == 2
