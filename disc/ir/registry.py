@@ -136,6 +136,19 @@ def get_spec(op: str) -> OpSpec:
     return spec
 
 
+def kernel_kind(op: str, type: Type) -> str | None:
+    """How a node runs: 'library', 'fallback' or 'memory_bound'; None if it computes no tensor data
+    (an input, a constant, or a scalar of the shape computation)."""
+    if op == "input" or isinstance(type, IndexType):
+        return None
+    if op == "torch_fallback":  # registered as a SOURCE (its values come from outside disc), but it runs
+        return "fallback"
+    category = get_spec(op).category
+    if category in (SOURCE, SHAPE):
+        return None
+    return "library" if category == LIBRARY else "memory_bound"
+
+
 def _ensure_loaded() -> None:
     # Importing the op modules fills OPS; done lazily to avoid import cycles.
     import disc.ir.ops  # noqa: F401

@@ -20,7 +20,7 @@ import torch
 
 from disc.errors import ShapeError
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import LIBRARY, SHAPE, SOURCE, get_spec
+from disc.ir.registry import get_spec, kernel_kind
 from disc.ir.types import IndexType
 from disc.shape.expr import SymExpr, as_expr
 
@@ -151,11 +151,16 @@ class ReferenceExecutor:
             steps.append((i, get_spec(n.op).reference, attrs, [index_of[x] for x in n.inputs], free))
         return steps
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def _bind(self, inputs: Sequence[torch.Tensor]) -> dict[int, Any]:
+        """Slots holding the inputs and every index value the shape program computes from their shapes."""
         index_values = self.shape_program.fn([tuple(t.shape) for t in inputs])
         values: dict[int, Any] = dict(zip(self._inputs, inputs))
         for name, slot in self._index_slots.items():
             values[slot] = index_values[name]
+        return values
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        values = self._bind(inputs)
         for slot, fn, attrs, operands, free in self._steps:
             values[slot] = fn(*[values[i] for i in operands], **attrs)
             for f in free:
@@ -169,10 +174,7 @@ class ReferenceExecutor:
         workspace is the peak of live intermediate bytes (inputs, constants and
         parameters excluded), i.e. the memory a buffer planner would need.
         """
-        index_values = self.shape_program.fn([tuple(t.shape) for t in inputs])
-        values: dict[int, Any] = dict(zip(self._inputs, inputs))
-        for name, slot in self._index_slots.items():
-            values[slot] = index_values[name]
+        values = self._bind(inputs)
         nodes = self.graph.nodes
         kernels = {"memory_bound": 0, "library": 0, "fallback": 0}
         live: dict[int, int] = {}
@@ -180,7 +182,7 @@ class ReferenceExecutor:
         for slot, fn, attrs, operands, free in self._steps:
             values[slot] = fn(*[values[i] for i in operands], **attrs)
             node = nodes[slot]
-            kind = _kernel_kind(node)
+            kind = kernel_kind(node.op, node.type)
             if kind is not None:
                 kernels[kind] += 1
                 out = values[slot]
@@ -198,15 +200,3 @@ class ExecutionProfile:
 
     kernels: dict[str, int]
     workspace_bytes: int
-
-
-def _kernel_kind(node: Node) -> str | None:
-    """Which kind of kernel a node executes as, or None if it computes no tensor data."""
-    category = get_spec(node.op).category
-    if node.op == "torch_fallback":
-        return "fallback"
-    if category == LIBRARY:
-        return "library"
-    if category in (SOURCE, SHAPE) or isinstance(node.type, IndexType):
-        return None
-    return "memory_bound"
