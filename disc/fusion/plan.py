@@ -25,8 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import BROADCAST, ELEMENTWISE, LIBRARY, REDUCTION, SHAPE, SOURCE, get_spec
-from disc.ir.types import IndexType
+from disc.ir.registry import BROADCAST, ELEMENTWISE, LIBRARY, REDUCTION, get_spec, kernel_kind
 from disc.shape.expr import SymExpr
 
 # Movement ops that only remap indices of one operand: fusible like elementwise ops.
@@ -68,7 +67,7 @@ class FusionPlan:
 
 def _is_kernel_op(n: Node) -> bool:
     """Does ``n`` compute tensor data (as opposed to an input, constant or shape scalar)?"""
-    return n.op != "input" and not isinstance(n.type, IndexType) and get_spec(n.op).category not in (SOURCE, SHAPE)
+    return kernel_kind(n.op, n.type) is not None
 
 
 def _fusible_kind(n: Node) -> str | None:

@@ -80,3 +80,14 @@ def test_independent_dims_do_not_fuse_without_proof() -> None:
     # Each reduction keeps exp (input fusion); the scalar add joins one of them, not both spaces.
     assert all(sum(n.op == "exp" for n in g.nodes) == 1 for g in groups_with_reduce)
     assert plan.memory_bound_kernels == 2
+
+
+def test_fallback_op_is_its_own_group() -> None:
+    class Masked(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.exp(torch.sin(x)[x > 0])
+
+    plan = plan_of(Masked(), (torch.randn(9),), {"x": {0: "n"}})
+    fallbacks = [g for g in plan.groups if g.kind == "fallback"]
+    assert fallbacks and all(len(g.nodes) == 1 and g.root.op == "torch_fallback" for g in fallbacks)
+    assert plan.memory_bound_kernels == len(plan.groups) - len(fallbacks)
