@@ -25,7 +25,7 @@ import torch
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
-    from benchmarks.harness import MemoryMeter, timed_call
+    from benchmarks.harness import MemoryMeter, model_and_inputs, timed_call
     from benchmarks.systems import SYSTEMS, Context
     from benchmarks.workloads import get_workload
 
@@ -35,10 +35,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     shapes = list(workload.stream)[: spec.get("shapes", len(workload.stream))]
     out: dict[str, Any] = {"prepare_s": 0.0, "call_s": [], "compilations": 0, "peak_memory_mb": 0.0, "notes": [], "error": None}
     with torch.no_grad():
-        model = workload.build().to(ctx.device)
-        if ctx.dtype != torch.float32:
-            model = model.to(ctx.dtype)
-        inputs = [workload.inputs(shape, seed=i, device=ctx.device, dtype=ctx.dtype) for i, shape in enumerate(shapes)]
+        model, inputs = model_and_inputs(workload, ctx, len(shapes))
         meter = MemoryMeter(ctx.device)
         meter.reset()  # peak memory counts what the system adds on top of the model and its inputs
         try:

@@ -177,6 +177,18 @@ def _short(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- the run
 
 
+def model_and_inputs(workload: Workload, ctx: Context, count: int | None = None) -> tuple[torch.nn.Module, list[tuple]]:
+    """The workload's model on ctx's device and dtype, and the inputs of its first ``count`` shapes.
+
+    Shape i always gets seed i, so the cold-start process and the suite's process feed identical data.
+    """
+    model = workload.build().to(ctx.device)
+    if ctx.dtype != torch.float32:
+        model = model.to(ctx.dtype)
+    shapes = list(workload.stream)[:count]
+    return model, [workload.inputs(shape, seed=i, device=ctx.device, dtype=ctx.dtype) for i, shape in enumerate(shapes)]
+
+
 def steps_for(workload: Workload, n_systems: int, repeats: int | None = None) -> int:
     """Progress steps ``run_workload`` takes: cold calls, warm start, checked calls, steady rounds."""
     return n_systems * (len(workload.stream) * (2 + (repeats or workload.repeats)) + 1)
@@ -202,10 +214,7 @@ def run_workload(
     results = {s.name: SystemResult(system=s.name, description=s.description, cache_note=s.cache_note) for s in systems}
 
     with torch.no_grad():
-        model = workload.build().to(ctx.device)
-        if ctx.dtype != torch.float32:
-            model = model.to(ctx.dtype)
-        inputs = [workload.inputs(shape, seed=i, device=ctx.device, dtype=ctx.dtype) for i, shape in enumerate(stream)]
+        model, inputs = model_and_inputs(workload, ctx)
         refs = [model(*args) for args in inputs]
         sizes = [sum(a.numel() for a in args) for args in inputs]
         largest = sizes.index(max(sizes))
@@ -322,12 +331,12 @@ def _checked_runner(system, model, workload, inputs, refs, ctx, workdir, res, ti
         res.status, res.reason = "failed", f"in-suite run: {_short(exc)}"
         return None
     res.max_rel_err = max(res.rel_err)
-    runner.checked_compilations = runner.compilations  # type: ignore[attr-defined]
     return runner
 
 
 def _steady_state(runners, inputs, stream, repeats, ctx, results, workload, tick) -> None:
     names = list(runners)
+    warmed_up = {name: runners[name].compilations for name in names}  # every shape was seen once already
     for name in names:
         results[name].steady_ms = [[] for _ in stream]
     for i, args in enumerate(inputs):
@@ -346,7 +355,7 @@ def _steady_state(runners, inputs, stream, repeats, ctx, results, workload, tick
             tick(f"{workload.name} · steady {workload.shape_label(stream[i])} round {rnd + 1}/{repeats}", len(names))
     # A compile count that grew in steady state means a recompilation on a shape already seen: say so.
     for name, runner in runners.items():
-        grew = runner.compilations - runner.checked_compilations
+        grew = runner.compilations - warmed_up[name]
         if results[name].status == "ok" and grew:
             results[name].notes.append(f"compiled {grew} more time(s) in steady state, on shapes already seen")
 

@@ -8,15 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.harness import rel_error
 from benchmarks.systems import SYSTEMS, Context
 from benchmarks.systems.onnx_export import ExportError, export_onnx
 from benchmarks.workloads import Workload, smoke_workload
 
 SHAPES = [{"batch": 2, "seq": 16}, {"batch": 1, "seq": 1}]
-
-
-def rel_error(out: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...]) -> float:
-    return max(((o - r).abs().max() / r.abs().max()).item() for o, r in zip(out, ref))
 
 
 def check_matches_eager(runner, workload: Workload, model: torch.nn.Module) -> None:
