@@ -1,0 +1,58 @@
+"""Symbolic dims printed as C++: every dim of the program is an expression over the
+root symbols, which the generated host code computes once per call from the
+input shapes into a ``Shapes`` struct (``s.batch``, ``s.seq``...)."""
+
+from __future__ import annotations
+
+import re
+
+from disc.shape.constraints import ShapeConstraints
+from disc.shape.expr import DimLike, FloorDiv, SymExpr, as_expr
+
+
+class SymbolNames:
+    """C identifiers for the root symbols a program uses (``s.<name>``)."""
+
+    def __init__(self, c: ShapeConstraints) -> None:
+        self.c = c
+        self.fields: dict[str, str] = {}  # root symbol -> C field name
+
+    def field(self, sym: str) -> str:
+        root = self.c.find(sym)
+        if root not in self.fields:
+            ident = re.sub(r"\W", "_", root)
+            if ident in self.fields.values() or not ident[:1].isalpha():
+                ident = f"d{len(self.fields)}_{ident}"
+            self.fields[root] = ident
+        return self.fields[root]
+
+    def expr(self, d: DimLike, prefix: str = "s.") -> str:
+        """C++ for a dim (int64 arithmetic), after normalising to root symbols."""
+        e = self.c.normalize(as_expr(d))
+        return self._poly(e, prefix)
+
+    def _poly(self, e: SymExpr, prefix: str) -> str:
+        if e.is_const:
+            return str(e.const_value)
+        parts = []
+        for mono, coeff in e.terms:
+            factors = [self._atom(a, prefix) for a in mono]
+            if coeff != 1 or not factors:
+                factors.insert(0, str(coeff))
+            parts.append(" * ".join(factors))
+        text = " + ".join(parts).replace("+ -", "- ")
+        return f"({text})" if len(parts) > 1 else text
+
+    def _atom(self, a, prefix: str) -> str:
+        if isinstance(a, FloorDiv):
+            return f"disc_floordiv_i({self._poly(a.num, prefix)}, {a.den})"
+        return prefix + self.field(a.name)
+
+
+def c_product(xs: list[str]) -> str:
+    xs = [x for x in xs if x != "1"]
+    if not xs:
+        return "1"
+    if "0" in xs:
+        return "0"
+    return " * ".join(f"({x})" if " " in x and not x.startswith("(") else x for x in xs)

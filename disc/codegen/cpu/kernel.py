@@ -1,0 +1,566 @@
+"""One C++ function per fused group: loop, input (reduction) and stitch kernels.
+
+A kernel iterates over one index space and computes each value it needs *at
+an index*, walking from the group's outputs back to the buffers it reads:
+elementwise ops keep the index, ``broadcast_in_dim``/``transpose``/``slice``
+/``index_select``... map it, ``reshape`` keeps the linear position. A value
+asked for twice at the same index is computed once (CSE of values and of
+index arithmetic). Dims are runtime values from the ``Shapes`` struct, so
+one kernel serves every shape, and kernels of identical structure (the same
+fusion in each layer) print to the same text and are emitted once.
+
+Schedules:
+- loop: one flat parallel loop over the elements when no op needs the
+  multi-index; else rows x innermost dim, the inner loop vectorisable;
+- input/stitch: parallel over rows; per row one pass per dependent
+  reduction (LayerNorm: mean, then variance), then one pass writing the
+  outputs, so the row is re-read from cache, never written in between.
+
+Speculation: where a broadcast may or may not happen at run time (a dim that
+may be 1), the kernel is generated twice, once assuming no broadcast
+(contiguous, vectorisable loads) and once general, and the version is picked
+per call from the actual dims. Tiny work runs on one thread (OpenMP ``if``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from disc.codegen.cpu.cexpr import SymbolNames, c_product
+from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
+from disc.codegen.lowering import KernelStep, Unsupported
+from disc.ir.graph import Node
+from disc.ir.registry import ELEMENTWISE, get_spec
+from disc.ir.types import IndexType
+
+PARALLEL_MIN_ELEMENTS = 32768  # below this a parallel region costs more than it saves
+
+
+@dataclass
+class Idx:
+    """A position in a value of shape ``shape``: per-dim indices, the linear offset, or both."""
+
+    shape: tuple[str, ...]
+    dims: tuple[str, ...] | None = None
+    linear: str | None = None
+
+
+@dataclass
+class KernelSource:
+    name: str
+    text: str  # the C++ function
+    versions: list[str]  # speculation versions, e.g. ["no-broadcast", "general"]
+    predicate: str | None  # C++ condition (over s.) choosing versions[0]; None: one version
+    params: list[Node] = field(default_factory=list)  # buffers in parameter order: outputs, then inputs
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+
+class _Emitter:
+    """Emits the statements computing values of one group at indices."""
+
+    def __init__(self, step: KernelStep, names: SymbolNames, assume_no_broadcast: bool) -> None:
+        self.step = step
+        self.names = names
+        self.c = names.c
+        self.members = set(step.group.nodes)
+        self.buffers: dict[Node, str] = {}
+        for i, n in enumerate(step.outputs):
+            self.buffers[n] = f"out{i}"
+        for i, n in enumerate(step.inputs):
+            self.buffers.setdefault(n, f"in{i}")
+        self.w = _Writer()
+        self.scopes: list[dict] = [{}]
+        self.counter = 0
+        self.assume_no_broadcast = assume_no_broadcast
+        self.maybe_broadcast = False  # did any broadcast need a run-time decision?
+        self.delinearized = False
+        self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
+
+    # -- small helpers --------------------------------------------------------
+    def dim(self, d) -> str:
+        return self.names.expr(d)
+
+    def shape(self, n: Node) -> tuple[str, ...]:
+        return tuple(self.dim(d) for d in n.shape)
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def let(self, ctype: str, expr: str, prefix: str = "v") -> str:
+        name = self.fresh(prefix)
+        self.w(f"const {ctype} {name} = {expr};")
+        return name
+
+    def memo_get(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def dims_of(self, idx: Idx) -> tuple[str, ...]:
+        if idx.dims is None:
+            key = ("delin", idx.shape, idx.linear)
+            got = self.memo_get(key)
+            if got is None:
+                self.delinearized = True
+                rest = idx.linear if idx.linear.isidentifier() or " " not in idx.linear else f"({idx.linear})"
+                out = []
+                for k in range(len(idx.shape) - 1, -1, -1):
+                    size = idx.shape[k]
+                    if size == "1":
+                        out.append("0")
+                    elif k == 0:
+                        out.append(rest)
+                    else:
+                        out.append(self.let("int64_t", f"{rest} % {size}", "i"))
+                        rest = self.let("int64_t", f"{rest} / {size}", "q")
+                got = tuple(reversed(out))
+                self.scopes[-1][key] = got
+            idx.dims = got
+        return idx.dims
+
+    def linear_of(self, idx: Idx) -> str:
+        if idx.linear is None:
+            expr = "0"
+            for size, i in zip(idx.shape, idx.dims or ()):
+                if expr == "0":
+                    expr = i
+                elif size == "1":
+                    continue
+                else:
+                    expr = f"({expr}) * {size} + {i}" if " " in expr else f"{expr} * {size} + {i}"
+            idx.linear = expr if len(expr) < 24 or expr.isidentifier() else self.let("int64_t", expr, "l")
+        return idx.linear
+
+    # -- values -----------------------------------------------------------------
+    def value(self, n: Node, idx: Idx) -> str:
+        if n.op == "constant" and n.attrs.get("ref") is None:
+            return literal(n.attrs["value"], n.dtype)
+        key = (n, idx.dims, idx.linear)
+        got = self.memo_get(key)
+        if got is not None:
+            return got
+        if n not in self.members:
+            if n not in self.buffers:
+                raise Unsupported(f"%{n.name} is read by a kernel but has no buffer")
+            expr = f"{self.buffers[n]}[{self.linear_of(idx)}]"
+        else:
+            expr = self._compute(n, idx)
+        name = self.let(C_TYPES[n.dtype], expr)
+        self.scopes[-1][key] = name
+        return name
+
+    def _compute(self, n: Node, idx: Idx) -> str:
+        op = n.op
+        t = C_TYPES[n.dtype]
+        spec = get_spec(op)
+        if op in UNARY:
+            return UNARY[op].format(self.value(n.inputs[0], idx))
+        if op in BINARY:
+            return BINARY[op].format(*(self.value(x, idx) for x in n.inputs))
+        if op == "select":
+            p, a, b = (self.value(x, idx) for x in n.inputs)
+            return f"({p} ? {a} : {b})"
+        if op == "convert":
+            x = self.value(n.inputs[0], idx)
+            return f"({x} != 0)" if n.dtype == "i1" else f"static_cast<{t}>({x})"
+        if spec.category == ELEMENTWISE:
+            raise Unsupported(f"no C++ for elementwise op {op}")
+        handler = getattr(self, f"_op_{op}", None)
+        if handler is None:
+            raise Unsupported(f"no C++ kernel form for op {op} (%{n.name})")
+        return handler(n, idx)
+
+    def _operand_idx(self, x: Node, dims: list[str]) -> Idx:
+        return Idx(self.shape(x), tuple(dims))
+
+    def _op_broadcast_in_dim(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        out = self.dims_of(idx)
+        dims = []
+        for m, d in enumerate(n.attrs["dims"]):
+            src, dst = x.shape[m], n.shape[d]
+            if self.c.prove_is_one(src):
+                dims.append("0")
+            elif self.c.prove_equal(src, dst):
+                dims.append(out[d])
+            elif self.assume_no_broadcast:
+                self.maybe_broadcast = True
+                dims.append(out[d])
+            else:
+                self.maybe_broadcast = True
+                dims.append(f"({self.dim(src)} == 1 ? 0 : {out[d]})")
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _op_reshape(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        if idx.dims is None:
+            return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
+        # Dims the reshape leaves alone at the end keep their index; only the rest is re-linearised.
+        k = 0
+        while k < min(len(n.shape), len(x.shape)) and self.c.prove_equal(n.shape[-1 - k], x.shape[-1 - k]):
+            k += 1
+        out_shape, in_shape = self.shape(n), self.shape(x)
+        suffix = idx.dims[len(idx.dims) - k :] if k else ()
+        head = Idx(out_shape[: len(out_shape) - k], idx.dims[: len(idx.dims) - k])
+        if not head.shape:
+            return self.value(x, Idx(in_shape, tuple(suffix)))
+        lin = self.linear_of(head)
+        prefix = self.dims_of(Idx(in_shape[: len(in_shape) - k], None, lin))
+        return self.value(x, Idx(in_shape, tuple(prefix) + tuple(suffix)))
+
+    def _op_transpose(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        out = self.dims_of(idx)
+        dims = [""] * len(out)
+        for k, p in enumerate(n.attrs["perm"]):
+            dims[p] = out[k]
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _op_iota(self, n: Node, idx: Idx) -> str:
+        return f"static_cast<{C_TYPES[n.dtype]}>({self.dims_of(idx)[0]})"
+
+    def _op_index_to_tensor(self, n: Node, idx: Idx) -> str:
+        return f"static_cast<{C_TYPES[n.dtype]}>({self.dim(n.inputs[0].type.value)})"
+
+    def _index_scalar(self, n: Node) -> str:
+        if not isinstance(n.type, IndexType):
+            raise Unsupported(f"%{n.name} must be a shape scalar")
+        return self.dim(n.type.value)
+
+    def _op_slice(self, n: Node, idx: Idx) -> str:
+        x, start, _ = n.inputs
+        axis, step = n.attrs["axis"], n.attrs["step"]
+        dims = list(self.dims_of(idx))
+        step_part = dims[axis] if step == 1 else f"{dims[axis]} * {step}"
+        dims[axis] = f"({self._index_scalar(start)} + {step_part})"
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _op_index_select(self, n: Node, idx: Idx) -> str:
+        x, index = n.inputs
+        axis = n.attrs["axis"] % len(n.shape)
+        dims = list(self.dims_of(idx))
+        i = self.value(index, Idx(self.shape(index), (dims[axis],)))
+        size = self.dim(x.shape[axis])
+        # Negative indices count from the end, as in torch.index_select's callers (embedding never has them).
+        dims[axis] = self.let("int64_t", f"{i} < 0 ? {i} + {size} : int64_t({i})", "g")
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _op_gather(self, n: Node, idx: Idx) -> str:
+        x, index = n.inputs
+        axis = n.attrs["axis"] % len(n.shape)
+        dims = list(self.dims_of(idx))
+        i = self.value(index, Idx(self.shape(index), tuple(dims)))
+        size = self.dim(x.shape[axis])
+        dims[axis] = self.let("int64_t", f"{i} < 0 ? {i} + {size} : int64_t({i})", "g")
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _branch(self, ctype: str, cases: list[tuple[str | None, object]]) -> str:
+        """``if (cond) {...} else if ...``: each case computes its value in its own scope (no out-of-range loads)."""
+        result = self.fresh("b")
+        self.w(f"{ctype} {result};")
+        for k, (cond, compute) in enumerate(cases):
+            head = "" if k == 0 else "} else "
+            self.w(f"{head}if ({cond}) {{" if cond is not None else f"{head}{{")
+            self.w.depth += 1
+            self.scopes.append({})
+            self.w(f"{result} = {compute()};")  # type: ignore[operator]
+            self.scopes.pop()
+            self.w.depth -= 1
+        self.w("}")
+        return result
+
+    def _op_concat(self, n: Node, idx: Idx) -> str:
+        axis = n.attrs["axis"] % len(n.shape)
+        dims = self.dims_of(idx)
+        cases = []
+        offset = "0"
+        for k, x in enumerate(n.inputs):
+            size = self.dim(x.shape[axis])
+            local = list(dims)
+            local[axis] = dims[axis] if offset == "0" else f"({dims[axis]} - {offset})"
+            end = size if offset == "0" else f"{offset} + {size}"
+            last = k == len(n.inputs) - 1
+            cases.append((None if last else f"{dims[axis]} < {end}", lambda x=x, local=local: self.value(x, self._operand_idx(x, local))))
+            offset = end
+        return self._branch(C_TYPES[n.dtype], cases)
+
+    def _op_pad(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        dims = self.dims_of(idx)
+        local, conds = [], []
+        for k, lo in enumerate(n.attrs["low"]):
+            i = dims[k] if lo == 0 else f"({dims[k]} - {lo})"
+            local.append(i)
+            if lo > 0:
+                conds.append(f"{i} >= 0")
+            if n.attrs["high"][k] > 0 or lo > 0:
+                conds.append(f"{i} < {self.dim(x.shape[k])}")
+        if not conds:
+            return self.value(x, self._operand_idx(x, local))
+        fill = literal(n.attrs["value"], n.dtype)
+        return self._branch(C_TYPES[n.dtype], [(" && ".join(conds), lambda: self.value(x, self._operand_idx(x, local))), (None, lambda: fill)])
+
+    def _op_reduce_window(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        kind = n.attrs["kind"]
+        if kind not in ("max", "sum"):
+            raise Unsupported(f"reduce_window kind {kind}")
+        rank = len(n.shape)
+        padding = n.attrs["padding"] or ((0, 0),) * rank
+        dilation = n.attrs["dilation"] or (1,) * rank
+        out = self.dims_of(idx)
+        t = C_TYPES[n.dtype]
+        acc = self.fresh("w")
+        init = (REDUCE_INIT_INT if n.dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT)[kind].format(t=t)
+        self.w(f"{t} {acc} = {init};")
+        local, conds, opened = [], [], 0
+        for d in range(rank):
+            w, s, dil, lo = n.attrs["window"][d], n.attrs["strides"][d], dilation[d], padding[d][0]
+            if (w, s, lo, padding[d][1]) == (1, 1, 0, 0):
+                local.append(out[d])
+                continue
+            k = self.fresh("k")
+            self.w(f"for (int64_t {k} = 0; {k} < {w}; ++{k}) {{")
+            self.w.depth += 1
+            opened += 1
+            pos = self.let("int64_t", f"{out[d]} * {s} + {k} * {dil} - {lo}", "p")
+            local.append(pos)
+            conds.append(f"{pos} >= 0 && {pos} < {self.dim(x.shape[d])}")
+        self.w(f"if ({' && '.join(conds) or 'true'}) {{")
+        self.w.depth += 1
+        self.scopes.append({})
+        v = self.value(x, self._operand_idx(x, local))
+        self.w(REDUCE_STEP[kind].format(acc=acc, x=v) + ";")
+        self.scopes.pop()
+        for _ in range(opened + 1):
+            self.w.depth -= 1
+            self.w("}")
+        return acc
+
+    def _op_reduce(self, n: Node, idx: Idx) -> str:
+        if n not in self.accs:
+            raise Unsupported(f"reduction %{n.name} used outside its row loop")
+        var, row = self.accs[n]
+        if self.dims_of(idx) != row:
+            raise Unsupported(f"reduction %{n.name} is read at another row than the one being computed")
+        return var
+
+
+# -- kernel functions -----------------------------------------------------------------
+def _signature(name: str, step: KernelStep) -> str:
+    params = ["const Shapes& s"]
+    params += [f"{C_TYPES[n.dtype]}* __restrict__ out{i}" for i, n in enumerate(step.outputs)]
+    seen = set(step.outputs)
+    k = 0
+    for n in step.inputs:
+        if n in seen:
+            continue
+        params.append(f"const {C_TYPES[n.dtype]}* __restrict__ in{k}")
+        k += 1
+    return f"static void {name}({', '.join(params)})"
+
+
+def _parallel(work: str) -> str:
+    return f"#pragma omp parallel for schedule(static) if({work} >= {PARALLEL_MIN_ELEMENTS})"
+
+
+def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool) -> _Emitter:
+    em = _Emitter(step, names, assume)
+    root = step.group.nodes[-1]
+    shape = em.shape(root)
+    total = c_product(list(shape))
+    if not nested or len(shape) < 2:
+        em.w(f"const int64_t n = {total};")
+        em.w(_parallel("n"))
+        em.w("for (int64_t i = 0; i < n; ++i) {")
+        em.w.depth += 1
+        root_idx = Idx(shape, None, "i")
+    else:
+        inner = shape[-1]
+        em.w(f"const int64_t rows = {c_product(list(shape[:-1]))}, cols = {inner};")
+        em.w(_parallel("rows * cols"))
+        em.w("for (int64_t r = 0; r < rows; ++r) {")
+        em.w.depth += 1
+        outer = em.dims_of(Idx(shape[:-1], None, "r"))
+        em.w("#pragma omp simd")
+        em.w("for (int64_t j = 0; j < cols; ++j) {")
+        em.w.depth += 1
+        em.scopes.append({})
+        root_idx = Idx(shape, tuple(outer) + ("j",), "r * cols + j")
+    _write_outputs(em, step, root, root_idx)
+    while em.w.depth > 1:
+        em.w.depth -= 1
+        em.w("}")
+    return em
+
+
+def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: list[Node] | None = None) -> None:
+    for i, out in enumerate(step.outputs):
+        if only is not None and out not in only:
+            continue
+        if em.c.prove_same_shape(out.shape, space.shape):
+            at = idx
+        elif em.c.prove_same_numel(out.shape, space.shape):
+            at = Idx(em.shape(out), None, em.linear_of(idx))
+        else:
+            raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
+        v = em.value(out, at)
+        em.w(f"out{i}[{em.linear_of(at)}] = {v};")
+
+
+def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emitter:
+    em = _Emitter(step, names, assume)
+    reductions = [n for n in step.group.nodes if n.op == "reduce"]
+    first = reductions[0]
+    domain, rdims = first.inputs[0], tuple(sorted(d % max(len(first.inputs[0].shape), 1) for d in first.attrs["dims"]))
+    for r in reductions[1:]:
+        if not em.c.prove_same_shape(r.inputs[0].shape, domain.shape) or tuple(sorted(r.attrs["dims"])) != rdims:
+            raise Unsupported(f"reductions %{first.name} and %{r.name} reduce different spaces")
+    if not rdims:
+        raise Unsupported(f"reduction %{first.name} reduces no dims")
+    shape = em.shape(domain)
+    outer_axes = [k for k in range(len(shape)) if k not in rdims]
+    trailing = list(rdims) == list(range(len(shape) - len(rdims), len(shape)))
+    em.w(f"const int64_t rows = {c_product([shape[k] for k in outer_axes])}, cols = {c_product([shape[k] for k in rdims])};")
+    em.w(_parallel("rows * cols"))
+    em.w("for (int64_t r = 0; r < rows; ++r) {")
+    em.w.depth += 1
+    outer = em.dims_of(Idx(tuple(shape[k] for k in outer_axes), None, "r"))
+    row_of = {}
+    for r in reductions:
+        keep = r.attrs["keepdim"]
+        dims, it = [], iter(outer)
+        for k in range(len(shape)):
+            if k in rdims:
+                if keep:
+                    dims.append("0")
+            else:
+                dims.append(next(it))
+        row_of[r] = tuple(dims)
+
+    def inner_idx() -> Idx:
+        inner = em.dims_of(Idx(tuple(shape[k] for k in rdims), None, "j"))
+        dims, it_o, it_i = [], iter(outer), iter(inner)
+        for k in range(len(shape)):
+            dims.append(next(it_i) if k in rdims else next(it_o))
+        return Idx(shape, tuple(dims), "r * cols + j" if trailing else None)
+
+    level: dict[Node, int] = {}
+    for n in step.group.nodes:  # program order: operands first
+        below = [level[x] for x in n.inputs if x in level]
+        if n.op == "reduce":
+            level[n] = 1 + max(below, default=0)
+        elif below:
+            level[n] = max(below)
+    t_of = {r: C_TYPES[r.dtype] for r in reductions}
+    for lvl in range(1, max(level[r] for r in reductions) + 1):
+        batch = [r for r in reductions if level[r] == lvl]
+        for r in batch:
+            kind = r.attrs["kind"]
+            init = (REDUCE_INIT_INT if r.dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT)[kind]
+            acc = em.fresh("acc")
+            em.w(f"{t_of[r]} {acc} = {init.format(t=t_of[r])};")
+            em.accs[r] = (acc, row_of[r])
+        simd = [f"{SIMD_REDUCTION[r.attrs['kind']]}:{em.accs[r][0]}" for r in batch if r.attrs["kind"] in SIMD_REDUCTION]
+        if len(simd) == len(batch):
+            em.w(f"#pragma omp simd reduction({', '.join(simd)})")
+        em.w("for (int64_t j = 0; j < cols; ++j) {")
+        em.w.depth += 1
+        em.scopes.append({})
+        idx = inner_idx()
+        pending = dict(em.accs)
+        for r in batch:
+            del em.accs[r]  # inside its own pass the reduction is not yet a value
+        for r in batch:
+            x = em.value(r.inputs[0], idx)
+            em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=pending[r][0], x=x) + ";")
+        em.accs = pending
+        em.scopes.pop()
+        em.w.depth -= 1
+        em.w("}")
+    row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
+    full_outputs = [o for o in step.outputs if o not in row_outputs]
+    for i, o in enumerate(step.outputs):
+        if o in row_outputs:
+            r = reductions[0]
+            if not em.c.prove_same_shape(o.shape, r.shape):
+                raise Unsupported(f"output %{o.name} {o.type} is neither the row space {r.type} nor the reduced space")
+            at = Idx(em.shape(o), row_of[r])
+            v = em.value(o, at)
+            em.w(f"out{i}[{em.linear_of(at)}] = {v};")
+    if full_outputs:
+        em.w("#pragma omp simd")
+        em.w("for (int64_t j = 0; j < cols; ++j) {")
+        em.w.depth += 1
+        em.scopes.append({})
+        _write_outputs(em, step, domain, inner_idx(), full_outputs)
+        em.scopes.pop()
+        em.w.depth -= 1
+        em.w("}")
+    em.w.depth -= 1
+    em.w("}")
+    return em
+
+
+def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource:
+    """The C++ of one fused group, with its speculation versions."""
+    has_reduce = any(n.op == "reduce" for n in step.group.nodes)
+
+    def body(assume: bool) -> _Emitter:
+        if has_reduce:
+            return _reduction_body(step, names, assume)
+        em = _loop_body(step, names, assume, nested=False)
+        return _loop_body(step, names, assume, nested=True) if em.delinearized else em
+
+    general = body(False)
+    header = f"// {step.kind} kernel fusing: " + ", ".join(n.op for n in step.group.nodes)
+    sig = _signature(name, step)
+    if not general.maybe_broadcast:
+        text = "\n".join([header, sig + " {", *general.w.lines, "}"])
+        return KernelSource(name, text, ["general"], None, _params(step))
+    fast = body(True)
+    # The fast version is valid when every maybe-broadcast operand dim equals its target dim.
+    conds = sorted(_no_broadcast_conditions(step, names))
+    text = "\n".join(
+        [
+            header,
+            "// versions: no-broadcast (every maybe-1 dim equals its target), general",
+            sig.replace(name, name + "_nobcast") + " {",
+            *fast.w.lines,
+            "}",
+            sig.replace(name, name + "_general") + " {",
+            *general.w.lines,
+            "}",
+        ]
+    )
+    return KernelSource(name, text, ["no-broadcast", "general"], " && ".join(conds) or "true", _params(step))
+
+
+def _no_broadcast_conditions(step: KernelStep, names: SymbolNames) -> set[str]:
+    c = names.c
+    out = set()
+    for n in step.group.nodes:
+        if n.op != "broadcast_in_dim":
+            continue
+        x = n.inputs[0]
+        for m, d in enumerate(n.attrs["dims"]):
+            src, dst = x.shape[m], n.shape[d]
+            if not c.prove_is_one(src) and not c.prove_equal(src, dst):
+                out.add(f"{names.expr(src)} == {names.expr(dst)}")
+    return out
+
+
+def _params(step: KernelStep) -> list[Node]:
+    seen = set(step.outputs)
+    return list(step.outputs) + [n for n in step.inputs if n not in seen]
+

@@ -1,0 +1,149 @@
+"""C++ for each elementwise op: one table, read like the op set's spec.
+
+Each entry formats operand expressions into a C++ expression. The helpers it
+calls (``disc_gelu``...) live in ``PRELUDE``, generic over float/double, with
+NaN propagated the way PyTorch propagates it.
+"""
+
+from __future__ import annotations
+
+C_TYPES = {
+    "f32": "float",
+    "f64": "double",
+    "i64": "int64_t",
+    "i32": "int32_t",
+    "i16": "int16_t",
+    "i8": "int8_t",
+    "u8": "uint8_t",
+    "i1": "bool",
+}
+
+UNARY = {
+    "neg": "(-{0})",
+    "abs": "std::abs({0})",
+    "sign": "disc_sign({0})",
+    "exp": "std::exp({0})",
+    "expm1": "std::expm1({0})",
+    "log": "std::log({0})",
+    "log1p": "std::log1p({0})",
+    "sqrt": "std::sqrt({0})",
+    "rsqrt": "(1 / std::sqrt({0}))",
+    "reciprocal": "(1 / {0})",
+    "tanh": "std::tanh({0})",
+    "sigmoid": "disc_sigmoid({0})",
+    "sin": "std::sin({0})",
+    "cos": "std::cos({0})",
+    "erf": "std::erf({0})",
+    "floor": "std::floor({0})",
+    "ceil": "std::ceil({0})",
+    "round": "std::nearbyint({0})",  # half to even, as torch.round
+    "relu": "disc_relu({0})",
+    "logical_not": "(!{0})",
+    "bitwise_not": "disc_bitnot({0})",
+    "isnan": "({0} != {0})",
+    "gelu": "disc_gelu({0})",
+    "gelu_tanh": "disc_gelu_tanh({0})",
+    "silu": "disc_silu({0})",
+}
+
+BINARY = {
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "div": "({0} / {1})",  # floats divide; ints truncate, as the reference op
+    "floor_div": "disc_floor_div({0}, {1})",
+    "remainder": "disc_remainder({0}, {1})",
+    "fmod": "disc_fmod({0}, {1})",
+    "pow": "disc_pow({0}, {1})",
+    "maximum": "disc_max({0}, {1})",
+    "minimum": "disc_min({0}, {1})",
+    "atan2": "std::atan2({0}, {1})",
+    "logical_and": "({0} && {1})",
+    "logical_or": "({0} || {1})",
+    "logical_xor": "(bool({0}) != bool({1}))",
+    "bitwise_and": "({0} & {1})",
+    "bitwise_or": "({0} | {1})",
+    "bitwise_xor": "({0} ^ {1})",
+    "eq": "({0} == {1})",
+    "ne": "({0} != {1})",
+    "lt": "({0} < {1})",
+    "le": "({0} <= {1})",
+    "gt": "({0} > {1})",
+    "ge": "({0} >= {1})",
+}
+
+# Reductions: identity and the combining expression.
+REDUCE_INIT = {
+    "sum": "0",
+    "prod": "1",
+    "max": "-std::numeric_limits<{t}>::infinity()",
+    "min": "std::numeric_limits<{t}>::infinity()",
+    "any": "false",
+    "all": "true",
+}
+REDUCE_INIT_INT = {"max": "std::numeric_limits<{t}>::lowest()", "min": "std::numeric_limits<{t}>::max()"}
+REDUCE_STEP = {
+    "sum": "{acc} += {x}",
+    "prod": "{acc} *= {x}",
+    "max": "{acc} = disc_max({acc}, {x})",
+    "min": "{acc} = disc_min({acc}, {x})",
+    "any": "{acc} = {acc} || {x}",
+    "all": "{acc} = {acc} && {x}",
+}
+# Reductions OpenMP can vectorise with `simd reduction(op:acc)`; max/min use NaN-propagating helpers instead.
+SIMD_REDUCTION = {"sum": "+", "prod": "*"}
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include "ral.h"
+
+template <class T> static inline T disc_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> static inline T disc_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <class T> static inline T disc_relu(T x) { return x < T(0) ? T(0) : x; }
+template <class T> static inline T disc_sign(T x) { return T((T(0) < x) - (x < T(0))); }
+static inline bool disc_bitnot(bool x) { return !x; }
+template <class T> static inline T disc_bitnot(T x) { return ~x; }
+template <class T> static inline T disc_sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+template <class T> static inline T disc_silu(T x) { return x / (T(1) + std::exp(-x)); }
+template <class T> static inline T disc_gelu(T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440))); }
+template <class T> static inline T disc_gelu_tanh(T x) {
+  return T(0.5) * x * (T(1) + std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+}
+template <class T> static inline T disc_pow(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) return std::pow(a, b);
+  T r = 1; for (T i = 0; i < b; ++i) r *= a; return r;
+}
+template <class T> static inline T disc_floor_div(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) return std::floor(a / b);
+  T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <class T> static inline T disc_remainder(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) { T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+  T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <class T> static inline T disc_fmod(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) return std::fmod(a, b); else return a % b;
+}
+static inline int64_t disc_floordiv_i(int64_t a, int64_t b) { int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t disc_align(int64_t bytes) { return (bytes + 63) & ~int64_t(63); }
+"""
+
+
+def literal(value: object, dtype: str) -> str:
+    """A C++ literal of ``value`` in ``dtype`` (inf and nan included)."""
+    t = C_TYPES[dtype]
+    if dtype == "i1":
+        return "true" if value else "false"
+    if dtype in ("f32", "f64"):
+        v = float(value)  # type: ignore[arg-type]
+        if v != v:
+            return f"std::numeric_limits<{t}>::quiet_NaN()"
+        if v in (float("inf"), float("-inf")):
+            return f"{'-' if v < 0 else ''}std::numeric_limits<{t}>::infinity()"
+        return f"{t}({v!r})"
+    return f"{t}({int(value)})"  # type: ignore[call-overload]

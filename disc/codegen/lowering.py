@@ -1,0 +1,357 @@
+"""Lowering a fusion plan to a program description every native backend shares.
+
+``lower(graph)`` turns the optimised graph and its fusion plan into a
+``LoweredProgram``: an ordered list of steps (generated kernels and library
+calls), the buffer each materialised value lives in, and a workspace plan
+whose sizes and offsets are symbolic expressions of the input dims. The CPU
+(C++) and GPU (Triton) code generators differ only in how they print it.
+
+Two decisions are made here rather than in the fusion planner, because they
+depend on which values end up in memory:
+
+- *views*: a chain of ``reshape``/``transpose`` ops whose only consumers are
+  GEMMs is not computed at all; the GEMM reads the producer's buffer through
+  strides (a transposed weight, heads split out of a ``[B*S, H*D]`` matrix);
+- *buffers*: intermediates are carved out of one workspace; a buffer reuses a
+  dead one whose size is provably equal (liveness-based reuse), so the plan
+  holds for every shape without knowing any.
+
+Anything outside what the native backends handle raises ``Unsupported`` with
+the reason; the caller then runs the reference executor and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from disc.fusion.plan import FusionGroup, plan_fusion
+from disc.ir.graph import Graph, Node
+from disc.ir.registry import BROADCAST, get_spec, kernel_kind
+from disc.ir.types import IndexType
+from disc.shape.constraints import ShapeConstraints
+from disc.shape.expr import DimLike, SymExpr, as_expr
+
+_REMAPS = ("reshape", "transpose")
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1}
+NATIVE_DTYPES = frozenset({"f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
+
+
+class Unsupported(Exception):
+    """The program uses something the native backends do not generate (yet)."""
+
+
+# A dim's stride: one expression, or for a compound dim the (size, stride) of each part.
+Stride = SymExpr | tuple[tuple[DimLike, SymExpr], ...]
+
+
+@dataclass(frozen=True)
+class View:
+    """A strided window onto a buffer: element (i0, i1, ...) is at base + sum(i_k * strides[k])."""
+
+    base: Node  # the materialised value whose buffer is read
+    shape: tuple[DimLike, ...]
+    strides: tuple[Stride, ...]  # a compound dim has ((size, stride), ...), outermost first
+
+
+@dataclass
+class KernelStep:
+    group: FusionGroup
+    inputs: list[Node]  # buffers read (materialised values, in first-use order)
+    outputs: list[Node]  # values of the group written to their buffers
+
+    @property
+    def kind(self) -> str:
+        return self.group.kind
+
+
+@dataclass
+class LibraryStep:
+    node: Node  # dot_general or convolution
+    operands: list[View]
+
+    @property
+    def kind(self) -> str:
+        return "library"
+
+
+Step = KernelStep | LibraryStep
+
+
+@dataclass
+class Slot:
+    """A region of the workspace; buffers of provably equal byte size share it when their lifetimes don't overlap."""
+
+    size: SymExpr  # bytes
+    users: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class LoweredProgram:
+    graph: Graph
+    steps: list[Step]
+    # Where each materialised value lives: ("input", i) | ("const", name) | ("output", k) | ("slot", s)
+    location: dict[Node, tuple[str, object]]
+    slots: list[Slot]
+    outputs: list[tuple[str, object]]  # per graph output: ("buffer", k) | ("input", i) | ("const", name) | ("same", j)
+    output_buffers: list[Node]  # values written into caller-allocated outputs, in buffer order
+    folded_views: dict[Node, View]
+
+    def counts(self) -> dict[str, int]:
+        out = {"memory_bound": 0, "library": 0}
+        for s in self.steps:
+            out["library" if isinstance(s, LibraryStep) else "memory_bound"] += 1
+        return out
+
+
+def numel(shape: tuple[DimLike, ...]) -> SymExpr:
+    out = SymExpr.const(1)
+    for d in shape:
+        out = out * as_expr(d)
+    return out
+
+
+def contiguous_strides(shape: tuple[DimLike, ...]) -> tuple[SymExpr, ...]:
+    strides: list[SymExpr] = []
+    acc = SymExpr.const(1)
+    for d in reversed(shape):
+        strides.append(acc)
+        acc = acc * as_expr(d)
+    return tuple(reversed(strides))
+
+
+def _is_one(c: ShapeConstraints, d: DimLike) -> bool:
+    return c.prove_is_one(d)
+
+
+def reshape_view(c: ShapeConstraints, shape, strides, new_shape) -> tuple[Stride, ...] | None:
+    """Strides giving ``new_shape`` over the same elements in the same order, or None if no strides can.
+
+    Old and new dims are matched in groups of provably equal products. A group
+    of old dims laid out contiguously relative to each other gets ordinary
+    strides; a group that is not (heads split out of a row, then merged with
+    the batch) may still become one *compound* dim, ((size, stride), ...),
+    which a GEMM takes as several batch dims.
+    """
+    old = [(d, s) for d, s in zip(shape, strides) if not _is_one(c, d)]
+    new_idx = [k for k, d in enumerate(new_shape) if not _is_one(c, d)]
+    out: list[Stride] = [SymExpr.const(0)] * len(new_shape)
+    i = j = 0
+    while i < len(old) or j < len(new_idx):
+        if i >= len(old) or j >= len(new_idx):
+            return None
+        group_old, group_new = [old[i]], [new_idx[j]]
+        i, j = i + 1, j + 1
+        p_old, p_new = as_expr(group_old[0][0]), as_expr(new_shape[group_new[0]])
+        while not c.prove_equal(p_old, p_new):
+            # Extend the side whose product is a proper divisor of the other's.
+            if i < len(old) and _divides(c, p_old, p_new):
+                group_old.append(old[i])
+                p_old = p_old * as_expr(old[i][0])
+                i += 1
+            elif j < len(new_idx) and _divides(c, p_new, p_old):
+                group_new.append(new_idx[j])
+                p_new = p_new * as_expr(new_shape[new_idx[j]])
+                j += 1
+            else:
+                return None
+        if len(group_old) == 1 and len(group_new) == 1:
+            out[group_new[0]] = group_old[0][1]
+            continue
+        if any(isinstance(st, tuple) for _, st in group_old):
+            return None
+        contiguous = all(c.prove_equal(s_outer, as_expr(s_inner) * as_expr(d_inner)) for (_, s_outer), (d_inner, s_inner) in zip(group_old, group_old[1:]))
+        if not contiguous:
+            if len(group_new) != 1:
+                return None
+            out[group_new[0]] = tuple((d, as_expr(st)) for d, st in group_old)
+            continue
+        stride = as_expr(group_old[-1][1])
+        for k in reversed(group_new):
+            out[k] = stride
+            stride = stride * as_expr(new_shape[k])
+    return tuple(out)
+
+
+def _divides(c: ShapeConstraints, a: SymExpr, b: SymExpr) -> bool:
+    from disc.shape.expr import exact_divide
+
+    q = exact_divide(c.normalize(b), c.normalize(a))
+    return q is not None and not c.prove_is_one(q)
+
+
+class _Lowering:
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.c = g.constraints
+        self.users = g.users()
+        self.outputs = set(g.outputs)
+
+    def run(self) -> LoweredProgram:
+        self._check_supported()
+        plan = plan_fusion(self.g)
+        folded = self._fold_views()
+        steps = self._steps(plan, folded)
+        location, slots, out_specs, out_buffers = self._plan_buffers(steps)
+        return LoweredProgram(self.g, steps, location, slots, out_specs, out_buffers, folded)
+
+    def _check_supported(self) -> None:
+        for n in self.g.nodes:
+            if n.op == "torch_fallback":
+                raise Unsupported(f"%{n.name} runs in PyTorch (torch_fallback); the native program must be whole")
+            if isinstance(n.type, IndexType):
+                continue
+            if n.dtype not in NATIVE_DTYPES:
+                raise Unsupported(f"%{n.name}: dtype {n.dtype} has no native kernels yet")
+            if n.op in ("dot_general", "convolution") and n.dtype != "f32":
+                raise Unsupported(f"%{n.name}: {n.op} in {n.dtype}; the library path is f32 only")
+        for o in self.g.outputs:
+            if isinstance(o.type, IndexType):
+                raise Unsupported(f"output %{o.name} is a shape scalar")
+
+    # -- views ------------------------------------------------------------------
+    def _fold_views(self) -> dict[Node, View]:
+        """Remap chains read only by GEMMs become strided views of their producer."""
+        foldable: set[Node] = set()
+        for n in reversed(self.g.nodes):
+            if n.op in _REMAPS and n not in self.outputs and self.users[n]:
+                if all(u.op == "dot_general" or u in foldable for u in self.users[n]):
+                    foldable.add(n)
+        views: dict[Node, View] = {}
+        for n in self.g.nodes:
+            if n not in foldable:
+                continue
+            src = n.inputs[0]
+            base = views.get(src) or View(src, src.shape, contiguous_strides(src.shape))
+            view = self._remap(base, n)
+            if view is not None:
+                views[n] = view
+        # A folded node must only feed GEMMs (which accept compound dims as batch dims only)
+        # and other folded nodes; unfold until that holds.
+        changed = True
+        while changed:
+            changed = False
+            for n in list(views):
+                for u in self.users[n]:
+                    ok = u in views if u.op != "dot_general" else self._gemm_accepts(u, n, views[n])
+                    if not ok:
+                        del views[n]
+                        changed = True
+                        break
+        return views
+
+    @staticmethod
+    def _gemm_accepts(dot: Node, operand: Node, view: View) -> bool:
+        side = "lhs" if dot.inputs[0] is operand else "rhs"
+        batch = set(dot.attrs[f"{side}_batch"])
+        return all(k in batch for k, st in enumerate(view.strides) if isinstance(st, tuple))
+
+    def _remap(self, v: View, n: Node) -> View | None:
+        if n.op == "transpose":
+            perm = n.attrs["perm"]
+            return View(v.base, n.shape, tuple(v.strides[p] for p in perm))
+        strides = reshape_view(self.c, v.shape, v.strides, n.shape)
+        return None if strides is None else View(v.base, n.shape, strides)
+
+    # -- steps ------------------------------------------------------------------
+    def _steps(self, plan, folded: dict[Node, View]) -> list[Step]:
+        steps: list[Step] = []
+        view_bases = {v.base for v in folded.values()}
+        for grp in plan.groups:
+            if grp.kind == "library":
+                node = grp.root
+                operands = [folded.get(x) or View(x, x.shape, contiguous_strides(x.shape)) for x in node.inputs]
+                steps.append(LibraryStep(node, operands))
+                continue
+            nodes = [n for n in grp.nodes if n not in folded]
+            if not nodes:
+                continue
+            members = set(nodes)
+            own = len(nodes) == 1  # a cheap op materialised by its own group
+            outputs = []
+            for n in nodes:
+                if get_spec(n.op).category == BROADCAST and not own:
+                    continue  # recomputed here; written out only by its own group, if any
+                outside = any(u not in members and u not in folded for u in self.users[n])
+                if n in self.outputs or outside or n in view_bases:
+                    outputs.append(n)
+            inputs: list[Node] = []
+            for n in nodes:
+                for x in n.inputs:
+                    if x in members or isinstance(x.type, IndexType) or x in inputs:
+                        continue
+                    if x.op == "constant" and x.attrs.get("ref") is None:
+                        continue  # scalar literal, inlined
+                    inputs.append(x)
+            steps.append(KernelStep(FusionGroup(grp.kind, nodes, grp.duplicated), inputs, outputs))
+        return steps
+
+    # -- buffers ------------------------------------------------------------------
+    def _plan_buffers(self, steps: list[Step]):
+        location: dict[Node, tuple[str, object]] = {}
+        for i, n in enumerate(self.g.inputs):
+            location[n] = ("input", i)
+        out_specs: list[tuple[str, object]] = []
+        out_buffers: list[Node] = []
+        for j, o in enumerate(self.g.outputs):
+            if o in self.g.outputs[:j]:
+                out_specs.append(("same", self.g.outputs.index(o)))
+            elif o.op == "input":
+                out_specs.append(("input", self.g.inputs.index(o)))
+            elif o.op == "constant" and o.attrs.get("ref") is not None:
+                out_specs.append(("const", o.attrs["ref"]))
+            elif o.op == "constant":
+                raise Unsupported(f"output %{o.name} is a scalar literal")
+            else:
+                location[o] = ("output", len(out_buffers))
+                out_specs.append(("buffer", len(out_buffers)))
+                out_buffers.append(o)
+        for n in self.g.nodes:
+            if n.op == "constant" and n.attrs.get("ref") is not None:
+                location[n] = ("const", n.attrs["ref"])
+
+        produced = [s.outputs if isinstance(s, KernelStep) else [s.node] for s in steps]
+        reads = [s.inputs if isinstance(s, KernelStep) else [v.base for v in s.operands] for s in steps]
+        last_read: dict[Node, int] = {}
+        for i, rs in enumerate(reads):
+            for x in rs:
+                last_read[x] = i
+        for outs in produced:
+            for n in outs:
+                if n in location and location[n][0] == "output":
+                    continue
+                if n not in last_read:
+                    raise Unsupported(f"%{n.name} is written but never read")  # a planner bug; never silently drop work
+        slots: list[Slot] = []
+        busy_until: list[int] = []
+        for i, outs in enumerate(produced):
+            for n in outs:
+                if n in location:
+                    continue
+                size = self.c.normalize(numel(n.shape) * ELEMENT_BYTES[n.dtype])
+                chosen = None
+                for s, slot in enumerate(slots):
+                    # Free before this step starts (a kernel never writes a buffer it reads).
+                    if busy_until[s] < i and self.c.prove_equal(slot.size, size):
+                        chosen = s
+                        break
+                if chosen is None:
+                    slots.append(Slot(size))
+                    busy_until.append(-1)
+                    chosen = len(slots) - 1
+                slots[chosen].users.append(n)
+                busy_until[chosen] = max(last_read.get(n, i), i)
+                location[n] = ("slot", chosen)
+        for rs in reads:
+            for x in rs:
+                if x not in location:
+                    raise Unsupported(f"%{x.name} ({x.op}) is read but never materialised")
+        return location, slots, out_specs, out_buffers
+
+
+def lower(g: Graph) -> LoweredProgram:
+    """Fusion plan, folded views and buffer plan of ``g``; raises ``Unsupported`` with the reason."""
+    return _Lowering(g).run()
+
+
+def is_tensor_op(n: Node) -> bool:
+    return kernel_kind(n.op, n.type) is not None

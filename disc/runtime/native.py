@@ -1,0 +1,115 @@
+"""The native CPU executor: builds the generated program and calls it.
+
+One call is two native calls: ``disc_shapes`` (output dims and workspace
+size from the input shapes, with the program's run-time shape checks), then
+``disc_run`` on torch-allocated outputs and workspace, passed zero-copy.
+Parameters are passed once as a pointer table. The executor holds no per-call
+state, and ctypes releases the GIL during the calls, so one program serves
+several threads at once with different shapes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from disc.codegen.cpu.program import NativeSource, emit_program
+from disc.codegen.cpu.toolchain import BuildResult, build
+from disc.codegen.lowering import LoweredProgram, lower
+from disc.errors import ShapeError
+from disc.ir.graph import Graph
+from disc.ir.types import DTYPES
+
+# Vectorise libm calls (exp, tanh, erf) without changing results for finite inputs: errno is never read.
+CODEGEN_FLAGS = ("-fno-math-errno",)
+
+
+class NativeRunError(RuntimeError):
+    """The native program reported an error (from a library call or the RAL)."""
+
+
+@dataclass
+class NativeBuild:
+    lowered: LoweredProgram
+    source: NativeSource
+    build: BuildResult
+    seconds: float
+
+
+def build_native(graph: Graph) -> NativeBuild:
+    """Lower, generate and compile ``graph`` (raises ``Unsupported`` when it has no native form)."""
+    start = time.perf_counter()
+    lowered = lower(graph)
+    source = emit_program(lowered)
+    result = build(source.text, f"disc_{graph.name}", flags=CODEGEN_FLAGS)
+    return NativeBuild(lowered, source, result, time.perf_counter() - start)
+
+
+class NativeExecutor:
+    """Runs a built native program on torch tensors."""
+
+    def __init__(self, graph: Graph, native: NativeBuild) -> None:
+        from disc.runtime.ral import load_ral
+
+        self.graph = graph
+        self.native = native
+        self.ral = load_ral()
+        lib = ctypes.CDLL(str(native.build.path))
+        self._shapes = lib.disc_shapes
+        self._shapes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self._shapes.restype = ctypes.c_int32
+        self._run = lib.disc_run
+        self._run.argtypes = [ctypes.c_void_p] * 7
+        self._run.restype = ctypes.c_int32
+        self._lib = lib  # keeps the library loaded
+        lp = native.lowered
+        # Parameters stay alive (and at fixed addresses) for the life of the executor.
+        self._consts = [graph.constants[name].contiguous() for name in native.source.constants]
+        self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[t.data_ptr() for t in self._consts])
+        self._ranks = [len(n.shape) for n in graph.inputs]
+        self._out_meta = [(len(o.shape), DTYPES[o.dtype]) for o in lp.output_buffers]
+        self._out_specs = lp.outputs
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        inputs = [t.contiguous() for t in inputs]
+        dims_list = [int(d) for t in inputs for d in t.shape]
+        dims = (ctypes.c_int64 * max(len(dims_list), 1))(*dims_list)
+        ctx = self.ral.Ctx()
+        out_dims = (ctypes.c_int64 * max(sum(r for r, _ in self._out_meta), 1))()
+        ws_bytes = ctypes.c_int64(0)
+        rc = self._shapes(dims, out_dims, ctypes.byref(ws_bytes), ctypes.byref(ctx))
+        if rc:
+            self._raise(rc, ctx)
+        outs, pos = [], 0
+        for rank, dtype in self._out_meta:
+            outs.append(torch.empty(tuple(out_dims[pos : pos + rank]), dtype=dtype))
+            pos += rank
+        workspace = torch.empty(max(ws_bytes.value, 1) + 64, dtype=torch.uint8)
+        ws_ptr = (workspace.data_ptr() + 63) & ~63
+        in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[t.data_ptr() for t in inputs])
+        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[t.data_ptr() for t in outs])
+        rc = self._run(self.ral.table, ctypes.byref(ctx), dims, in_ptrs, self._const_ptrs, out_ptrs, ws_ptr)
+        if rc:
+            self._raise(rc, ctx)
+        return [self._output(spec, outs, inputs) for spec in self._out_specs]
+
+    def _output(self, spec, outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
+        kind, where = spec
+        if kind == "buffer":
+            return outs[where]
+        if kind == "input":
+            return inputs[where]
+        if kind == "const":
+            return self.graph.constants[where]
+        return self._output(self._out_specs[where], outs, inputs)
+
+    @staticmethod
+    def _raise(rc: int, ctx) -> None:
+        message = bytes(ctx.error).split(b"\0", 1)[0].decode(errors="replace")
+        if rc == 2:
+            raise ShapeError(message)
+        raise NativeRunError(message or f"native program failed (code {rc})")
