@@ -18,8 +18,9 @@ import torch
 from disc.errors import CompileError, InputError
 from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
+from disc.runtime.backend import make_executor
 from disc.runtime.checks import check_inputs
-from disc.runtime.reference import ExecutionProfile, ReferenceExecutor
+from disc.runtime.reference import ExecutionProfile
 from disc.shape.expr import parse_expr
 
 Constraints = Mapping[str, Any] | Sequence[str]
@@ -36,6 +37,7 @@ class CompileReport:
     compile_seconds: float
     hints: dict[str, int] = field(default_factory=dict)
     calls: int = 0
+    backend: Any = None  # BackendChoice: native-cpu or reference, and why
 
     def text(self) -> str:
         g = self.graph
@@ -55,8 +57,10 @@ class CompileReport:
         from disc.fusion.plan import plan_fusion
 
         lines.append("")
-        lines.append("-- fusion plan (kernels a fusing backend would generate; the reference executor runs op by op) --")
+        lines.append("-- fusion plan --")
         lines += ["  " + ln for ln in plan_fusion(g).describe().splitlines()]
+        lines.append("")
+        lines += self._backend_text()
         counts = g.op_counts()
         lines.append("")
         lines.append("-- op counts --")
@@ -65,6 +69,16 @@ class CompileReport:
         lines.append("-- IR --")
         lines.append(print_graph(g))
         return "\n".join(lines)
+
+
+    def _backend_text(self) -> list[str]:
+        choice = self.backend
+        if choice is None or choice.native is None:
+            why = choice.reason if choice is not None else "no backend recorded"
+            return ["-- backend: reference executor (op by op, with torch) --", f"  {why}"]
+        from disc.codegen.cpu.explain import describe_native
+
+        return describe_native(choice.native)
 
 
 _REPORTS: list[CompileReport] = []
@@ -90,7 +104,7 @@ def clear_reports() -> None:
 class CompiledModule:
     """A compiled program. Stateless across calls: safe to call from several threads."""
 
-    def __init__(self, report: CompileReport, executor: ReferenceExecutor, input_names: list[str], out_spec: Any) -> None:
+    def __init__(self, report: CompileReport, executor: Any, input_names: list[str], out_spec: Any) -> None:
         self.report = report
         self.executor = executor
         self.input_names = input_names
@@ -135,6 +149,7 @@ def compile(
     *,
     dynamic: Mapping[str, Mapping[int, str]] | None = None,
     constraints: Constraints | None = None,
+    backend: str | None = None,
 ) -> CompiledModule:
     """Compile ``model`` once for every shape.
 
@@ -142,6 +157,9 @@ def compile(
     inputs sharing a name share the dim. Other dims are static.
     ``constraints`` adds user facts: ``{"seq": {"min": 1, "max": 512, "multiple_of": 8}}``
     or expressions such as ``["seq == 2*half"]`` (checked at every call).
+    ``backend``: "auto" (default, or ``$DISC_BACKEND``): the native CPU program, or the
+    reference executor where the graph has no native form; "native": that, or an error;
+    "reference": op by op with torch.
     """
     from disc.frontends.torch.export import capture
     from disc.passes.pipeline import run_pipeline
@@ -154,7 +172,7 @@ def compile(
     graph = captured.importer.graph
     _apply_user_facts(graph, facts, ranges)
     graph = run_pipeline(graph)
-    executor = ReferenceExecutor(graph, captured.importer.fallbacks)
+    executor, choice = make_executor(graph, captured.importer.fallbacks, backend)
     report = CompileReport(
         name=type(model).__name__,
         source="disc.compile",
@@ -162,6 +180,7 @@ def compile(
         fallbacks=dict(captured.importer.fallback_counts),
         compile_seconds=time.perf_counter() - start,
         hints=captured.hints,
+        backend=choice,
     )
     record_report(report)
     return CompiledModule(report, executor, captured.input_names, captured.out_spec)

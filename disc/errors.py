@@ -17,3 +17,7 @@ class InputError(DiscError, TypeError):
 
 class CompileError(DiscError):
     """The model could not be captured or compiled."""
+
+
+class RuntimeFailure(DiscError, RuntimeError):
+    """A runtime library routine (the RAL) or a compiled program reported failure at run time."""

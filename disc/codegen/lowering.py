@@ -68,6 +68,13 @@ class KernelStep:
 class LibraryStep:
     node: Node  # dot_general or convolution
     operands: list[View]
+    # Set when the result is written straight into the buffer of a later reshape/transpose
+    # chain's end (heads merged back into rows), through these strides, instead of its own buffer.
+    result: View | None = None
+
+    @property
+    def writes(self) -> Node:
+        return self.result.base if self.result is not None else self.node
 
     @property
     def kind(self) -> str:
@@ -256,12 +263,16 @@ class _Lowering:
     def _steps(self, plan, folded: dict[Node, View]) -> list[Step]:
         steps: list[Step] = []
         view_bases = {v.base for v in folded.values()}
+        results = self._fold_results(plan, folded)
+        skipped = {n for v in results.values() for n in self._chain(v.base)} if results else set()
         for grp in plan.groups:
             if grp.kind == "library":
                 node = grp.root
                 operands = [folded.get(x) or View(x, x.shape, contiguous_strides(x.shape)) for x in node.inputs]
-                steps.append(LibraryStep(node, operands))
+                steps.append(LibraryStep(node, operands, results.get(node)))
                 continue
+            if any(n in skipped for n in grp.nodes):
+                continue  # the GEMM before it writes this layout directly
             nodes = [n for n in grp.nodes if n not in folded]
             if not nodes:
                 continue
@@ -283,7 +294,83 @@ class _Lowering:
                         continue  # scalar literal, inlined
                     inputs.append(x)
             steps.append(KernelStep(FusionGroup(grp.kind, nodes, grp.duplicated), inputs, outputs))
-        return steps
+        return _fuse_siblings(self.c, self._drop_unread(steps, view_bases))
+
+    def _drop_unread(self, steps: list[Step], view_bases: set[Node]) -> list[Step]:
+        """Steps whose results nobody reads are dead: a materialised cheap op every reader recomputes, or
+        code after the last output (the planner keeps every op; DCE normally removed such code before)."""
+        while True:
+            read = {x for s in steps for x in (s.inputs if isinstance(s, KernelStep) else [v.base for v in s.operands])}
+            keep = read | self.outputs | view_bases
+            changed = False
+            for s in steps:
+                if isinstance(s, KernelStep) and any(o not in keep for o in s.outputs):
+                    s.outputs = [o for o in s.outputs if o in keep]
+                    changed = True
+            live = [s for s in steps if (s.outputs if isinstance(s, KernelStep) else s.writes in keep)]
+            if not changed and len(live) == len(steps):
+                return steps
+            steps = live
+
+    def _chain(self, end: Node) -> list[Node]:
+        """The remap ops from a GEMM result to ``end``."""
+        out = [end]
+        while out[-1].inputs[0].op in _REMAPS:
+            out.append(out[-1].inputs[0])
+        return out
+
+    def _fold_results(self, plan, folded: dict[Node, View]) -> dict[Node, View]:
+        """GEMM results whose only use is a reshape/transpose chain forming a group of its own: written in its layout."""
+        out: dict[Node, View] = {}
+        group_of = {n: grp for grp in plan.groups for n in grp.nodes}
+        for grp in plan.groups:
+            end = grp.root
+            if grp.kind != "loop" or any(n.op not in _REMAPS for n in grp.nodes) or end in folded:
+                continue
+            chain = self._chain(end)
+            src = chain[-1].inputs[0]
+            if src.op != "dot_general" or src in self.outputs or set(chain) != set(grp.nodes):
+                continue
+            if any(len(self.users[n]) != 1 for n in [src, *chain[1:]]) or group_of.get(src) is None:
+                continue
+            view = View(end, end.shape, contiguous_strides(end.shape))
+            for n in chain:  # walk back from the buffer to the GEMM's result shape
+                view = self._unmap(view, n)
+                if view is None:
+                    break
+            if view is not None and self._result_ok(src, view):
+                out[src] = view
+        return out
+
+    def _unmap(self, v: View, n: Node) -> View | None:
+        """``v`` is a view of ``n``'s value; the same memory seen as ``n``'s operand."""
+        x = n.inputs[0]
+        if n.op == "transpose":
+            perm = n.attrs["perm"]
+            strides: list[Stride] = [SymExpr.const(0)] * len(perm)
+            for k, p in enumerate(perm):
+                strides[p] = v.strides[k]
+            return View(v.base, x.shape, tuple(strides))
+        new = reshape_view(self.c, v.shape, v.strides, x.shape)
+        return None if new is None else View(v.base, x.shape, new)
+
+    def _result_ok(self, dot: Node, view: View) -> bool:
+        """A GEMM writes C with unit column stride, one row stride and (possibly compound) batch strides."""
+        nb = len(dot.attrs["lhs_batch"])
+        rest = view.strides[nb:]
+        if any(isinstance(st, tuple) for st in rest):
+            return False
+        lhs_free = len(dot.inputs[0].shape) - nb - len(dot.attrs["lhs_contract"])
+        rows, cols = list(range(nb, nb + lhs_free)), list(range(nb + lhs_free, len(dot.shape)))
+        live_cols = [k for k in cols if not self.c.prove_is_one(dot.shape[k])]
+        if live_cols and not self.c.prove_equal(view.strides[live_cols[-1]], 1):
+            return False
+        for group in (rows, cols):
+            live = [k for k in group if not self.c.prove_is_one(dot.shape[k])]
+            for a, b in zip(live, live[1:]):
+                if not self.c.prove_equal(view.strides[a], as_expr(view.strides[b]) * as_expr(dot.shape[b])):
+                    return False
+        return True
 
     # -- buffers ------------------------------------------------------------------
     def _plan_buffers(self, steps: list[Step]):
@@ -309,7 +396,7 @@ class _Lowering:
             if n.op == "constant" and n.attrs.get("ref") is not None:
                 location[n] = ("const", n.attrs["ref"])
 
-        produced = [s.outputs if isinstance(s, KernelStep) else [s.node] for s in steps]
+        produced = [s.outputs if isinstance(s, KernelStep) else [s.writes] for s in steps]
         reads = [s.inputs if isinstance(s, KernelStep) else [v.base for v in s.operands] for s in steps]
         last_read: dict[Node, int] = {}
         for i, rs in enumerate(reads):
@@ -346,6 +433,51 @@ class _Lowering:
                 if x not in location:
                     raise Unsupported(f"%{x.name} ({x.op}) is read but never materialised")
         return location, slots, out_specs, out_buffers
+
+
+def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
+    """Horizontal fusion: independent loop kernels over provably equal shapes become one kernel.
+
+    The Q, K and V bias adds of an attention layer are three such kernels; one
+    loop writing all three reads the shape once and launches one parallel region.
+    A later kernel moves up to an earlier one only past steps it doesn't depend
+    on, and the earlier one's results must not be needed before the merged position.
+    """
+    steps = list(steps)
+    i = 0
+    while i < len(steps):
+        a = steps[i]
+        if not (isinstance(a, KernelStep) and a.kind == "loop"):
+            i += 1
+            continue
+        merged = False
+        for j in range(i + 1, len(steps)):
+            b = steps[j]
+            if not (isinstance(b, KernelStep) and b.kind == "loop"):
+                continue
+            if not c.prove_same_shape(a.group.nodes[-1].shape, b.group.nodes[-1].shape):
+                continue
+            made = {n: k for k, s in enumerate(steps) for n in (s.outputs if isinstance(s, KernelStep) else [s.writes])}
+            at = max([i] + [made[x] + 1 for x in b.inputs if x in made])
+            if any(made.get(x) == i for x in b.inputs):
+                continue  # b reads a's results: not siblings
+            needed_early = any(
+                x in a.outputs for s in steps[i + 1 : at] for x in (s.inputs if isinstance(s, KernelStep) else [v.base for v in s.operands])
+            )
+            if needed_early:
+                continue
+            nodes = a.group.nodes + [n for n in b.group.nodes if n not in a.group.nodes]
+            group = FusionGroup("loop", nodes, a.group.duplicated + b.group.duplicated)
+            inputs = a.inputs + [x for x in b.inputs if x not in a.inputs]
+            fused = KernelStep(group, inputs, a.outputs + b.outputs)
+            del steps[j]
+            del steps[i]
+            steps.insert(at - 1 if at > i else i, fused)
+            merged = True
+            break
+        if not merged:
+            i += 1
+    return steps
 
 
 def lower(g: Graph) -> LoweredProgram:

@@ -199,7 +199,10 @@ class _Planner:
     def _creates_cycle(self, a: int, b: int) -> bool:
         """Would merging groups a and b make a group that depends on itself through another group?"""
         merged = set(self.members[a]) | set(self.members[b])
-        # Walk back from inputs outside the merged set; reaching the merged set again is a cycle.
+        # Cheap ops are recomputed by every group that uses them, so reaching one from outside
+        # is no dependency on this group (a broadcast constant shared by every LayerNorm).
+        computed = {m for m in merged if _fusible_kind(m) != "cheap"}
+        # Walk back from inputs outside the merged set; reaching a node it computes again is a cycle.
         stack = [i for m in merged for i in m.inputs if i not in merged]
         seen: set[Node] = set()
         while stack:
@@ -208,7 +211,7 @@ class _Planner:
                 continue
             seen.add(x)
             for i in x.inputs:
-                if i in merged:
+                if i in computed:
                     return True
                 stack.append(i)
         return False

@@ -23,6 +23,7 @@ from disc.codegen.lowering import LoweredProgram, lower
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
+from disc.runtime.reference import ExecutionProfile
 
 # Vectorise libm calls (exp, tanh, erf) without changing results for finite inputs: errno is never read.
 CODEGEN_FLAGS = ("-fno-math-errno",)
@@ -40,12 +41,16 @@ class NativeBuild:
     seconds: float
 
 
-def build_native(graph: Graph) -> NativeBuild:
-    """Lower, generate and compile ``graph`` (raises ``Unsupported`` when it has no native form)."""
+def build_native(graph: Graph, *, profile: bool = False) -> NativeBuild:
+    """Lower, generate and compile ``graph`` (raises ``Unsupported`` when it has no native form).
+
+    ``profile`` compiles in per-step timers and speculation-version counters (``NativeExecutor.step_profile``).
+    """
     start = time.perf_counter()
     lowered = lower(graph)
     source = emit_program(lowered)
-    result = build(source.text, f"disc_{graph.name}", flags=CODEGEN_FLAGS)
+    flags = CODEGEN_FLAGS + (("-DDISC_PROFILE",) if profile else ())
+    result = build(source.text, f"disc_{graph.name}", flags=flags, libs=("-lmvec",))
     return NativeBuild(lowered, source, result, time.perf_counter() - start)
 
 
@@ -97,6 +102,19 @@ class NativeExecutor:
             self._raise(rc, ctx)
         return [self._output(spec, outs, inputs) for spec in self._out_specs]
 
+    def profile(self, inputs: Sequence[torch.Tensor]) -> ExecutionProfile:
+        """Kernels launched per call (memory-bound, library) and the workspace bytes at these inputs."""
+        self.run(inputs)
+        counts = self.native.lowered.counts()
+        dims_list = [int(d) for t in inputs for d in t.shape]
+        dims = (ctypes.c_int64 * max(len(dims_list), 1))(*dims_list)
+        out_dims = (ctypes.c_int64 * max(sum(r for r, _ in self._out_meta), 1))()
+        ws_bytes = ctypes.c_int64(0)
+        ctx = self.ral.Ctx()
+        self._shapes(dims, out_dims, ctypes.byref(ws_bytes), ctypes.byref(ctx))
+        kernels = {"memory_bound": counts["memory_bound"], "library": counts["library"], "fallback": 0}
+        return ExecutionProfile(kernels=kernels, workspace_bytes=ws_bytes.value)
+
     def _output(self, spec, outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
         kind, where = spec
         if kind == "buffer":
@@ -106,6 +124,22 @@ class NativeExecutor:
         if kind == "const":
             return self.graph.constants[where]
         return self._output(self._out_specs[where], outs, inputs)
+
+    def step_profile(self) -> list[dict]:
+        """Per step: what it is, total nanoseconds and calls per speculation version (profiling builds only)."""
+        try:
+            n = self._lib.disc_profile_steps()
+        except AttributeError:
+            raise RuntimeError("this program was built without profiling; use build_native(graph, profile=True)") from None
+        ns = (ctypes.c_int64 * max(n, 1)).in_dll(self._lib, "disc_profile_ns")
+        hits = (ctypes.c_int64 * max(2 * n, 2)).in_dll(self._lib, "disc_profile_hits")
+        out = []
+        for k, call in enumerate(self.native.source.calls):
+            kernel = getattr(call, "kernel", None)
+            what = f"{call.node.op} %{call.node.name}" if kernel is None else f"{kernel.name} -> %{call.step.group.nodes[-1].name}"
+            versions = kernel.versions if kernel is not None else ["library"]
+            out.append({"step": k, "what": what, "ns": ns[k], "calls": {v: hits[2 * k + i] for i, v in enumerate(versions)}})
+        return out
 
     @staticmethod
     def _raise(rc: int, ctx) -> None:

@@ -22,7 +22,7 @@ class Chain(torch.nn.Module):
 @pytest.mark.parametrize("rows", [1, 7, 64])
 def test_profile_counts_kernels_and_scales_workspace_with_shape(rows: int) -> None:
     model = Chain().eval()
-    cm = disc.compile(model, (torch.randn(5, 16),), dynamic={"x": {0: "rows"}})
+    cm = disc.compile(model, (torch.randn(5, 16),), dynamic={"x": {0: "rows"}}, backend="reference")
     x = torch.randn(rows, 16)
     p = cm.profile(x)
     assert p.kernels["library"] == 1
@@ -37,6 +37,19 @@ def test_profile_counts_kernels_and_scales_workspace_with_shape(rows: int) -> No
     torch.testing.assert_close(cm(x), model(x))
     with pytest.raises(disc.ShapeError):
         cm.profile(torch.randn(rows, 15))
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_native_profile_counts_fused_kernels_and_the_planned_workspace(rows: int) -> None:
+    model = Chain().eval()
+    cm = disc.compile(model, (torch.randn(5, 16),), dynamic={"x": {0: "rows"}}, backend="native")
+    p = cm.profile(torch.randn(rows, 16))
+    # sin*2 is one fused kernel, the GEMM a library call, relu writes the output.
+    assert p.kernels == {"memory_bound": 2, "library": 1, "fallback": 0}
+    # One intermediate lives in the workspace: sin(x)*2, [rows, 16] f32, in a 64-byte aligned slot
+    # (the GEMM's result is the relu's input, a second slot).
+    expected = sum((b + 63) // 64 * 64 for b in (rows * 16 * 4, rows * 8 * 4))
+    assert p.workspace_bytes == expected
 
 
 def test_profile_counts_fallbacks() -> None:

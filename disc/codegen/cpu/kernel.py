@@ -121,8 +121,8 @@ class _Emitter:
                     elif k == 0:
                         out.append(rest)
                     else:
-                        out.append(self.let("int64_t", f"{rest} % {size}", "i"))
-                        rest = self.let("int64_t", f"{rest} / {size}", "q")
+                        out.append(self.let("int64_t", f"{rest} % {_atomic(size)}", "i"))
+                        rest = self.let("int64_t", f"{rest} / {_atomic(size)}", "q")
                 got = tuple(reversed(out))
                 self.scopes[-1][key] = got
             idx.dims = got
@@ -137,7 +137,7 @@ class _Emitter:
                 elif size == "1":
                     continue
                 else:
-                    expr = f"({expr}) * {size} + {i}" if " " in expr else f"{expr} * {size} + {i}"
+                    expr = f"{_atomic(expr)} * {_atomic(size)} + {i}"
             idx.linear = expr if len(expr) < 24 or expr.isidentifier() else self.let("int64_t", expr, "l")
         return idx.linear
 
@@ -212,8 +212,8 @@ class _Emitter:
         out_shape, in_shape = self.shape(n), self.shape(x)
         suffix = idx.dims[len(idx.dims) - k :] if k else ()
         head = Idx(out_shape[: len(out_shape) - k], idx.dims[: len(idx.dims) - k])
-        if not head.shape:
-            return self.value(x, Idx(in_shape, tuple(suffix)))
+        if not head.shape:  # the operand's extra leading dims all have size 1
+            return self.value(x, Idx(in_shape, ("0",) * (len(in_shape) - k) + tuple(suffix)))
         lin = self.linear_of(head)
         prefix = self.dims_of(Idx(in_shape[: len(in_shape) - k], None, lin))
         return self.value(x, Idx(in_shape, tuple(prefix) + tuple(suffix)))
@@ -354,6 +354,21 @@ class _Emitter:
         if self.dims_of(idx) != row:
             raise Unsupported(f"reduction %{n.name} is read at another row than the one being computed")
         return var
+
+
+def _atomic(expr: str) -> str:
+    """``expr`` safe as an operand of ``*``, ``/`` or ``%``."""
+    if expr.isidentifier() or expr.lstrip("-").isdigit():
+        return expr
+    depth = 0
+    for k, ch in enumerate(expr):  # already one parenthesised group (or a call)?
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and k < len(expr) - 1 and ch == ")":
+            return f"({expr})"
+    if expr.endswith(")") and " " not in expr.split("(", 1)[0]:
+        return expr
+    return f"({expr})"
 
 
 # -- kernel functions -----------------------------------------------------------------

@@ -102,6 +102,16 @@ PRELUDE = r"""
 #include <type_traits>
 #include "ral.h"
 
+// glibc's vector math library (libmvec) has SIMD versions of these; declaring them lets
+// `#pragma omp simd` loops call them instead of falling back to scalar code (glibc only
+// declares them itself under -ffast-math, which would also drop NaN/inf semantics).
+#define DISC_SIMD_MATH(name) \
+  extern "C" float name##f(float) noexcept __attribute__((__simd__("notinbranch"))); \
+  extern "C" double name(double) noexcept __attribute__((__simd__("notinbranch")));
+DISC_SIMD_MATH(exp) DISC_SIMD_MATH(log) DISC_SIMD_MATH(tanh) DISC_SIMD_MATH(erf) DISC_SIMD_MATH(sin)
+DISC_SIMD_MATH(cos) DISC_SIMD_MATH(expm1) DISC_SIMD_MATH(log1p)
+#undef DISC_SIMD_MATH
+
 template <class T> static inline T disc_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T disc_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <class T> static inline T disc_relu(T x) { return x < T(0) ? T(0) : x; }

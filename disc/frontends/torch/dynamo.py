@@ -125,7 +125,7 @@ def _compile_aten(
 
     from disc.api import CompileReport, record_report
     from disc.passes.pipeline import run_pipeline
-    from disc.runtime.reference import ReferenceExecutor
+    from disc.runtime.backend import make_executor
 
     placeholders = [n for n in fx_gm.graph.nodes if n.op == "placeholder"]
     # Inference graphs from AOTAutograd lift parameters and buffers first; they
@@ -149,13 +149,14 @@ def _compile_aten(
         tensor_positions.append(pos)
     importer = import_fx(fx_gm, specs, constants, name="dynamo_graph")
     graph = run_pipeline(importer.graph)
-    executor = ReferenceExecutor(graph, importer.fallbacks)
+    executor, choice = make_executor(graph, importer.fallbacks)
     report = CompileReport(
         name=f"torch.compile graph {len(_reports_from_dynamo()) + 1}",
         source="torch.compile",
         graph=graph,
         fallbacks=dict(importer.fallback_counts),
         compile_seconds=time.perf_counter() - start,
+        backend=choice,
     )
     record_report(report)
     names = [s.name for s in specs]

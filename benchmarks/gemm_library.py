@@ -1,0 +1,151 @@
+"""GEMM and conv2d throughput of the CPU RAL (oneDNN and builtin) next to torch.
+
+Run as ``python -m benchmarks.gemm_library [--out PATH] [--repeats N] [--quick]``. Shapes:
+BERT projections (M = batch*seq in {64, 512, 3072} by six (K, N)), attention batched GEMMs
+(8 x 12 heads, S in {128, 384}, D = 64, QK^T and PV on strided views of a fused QKV buffer,
+as a compiled program sees them) and a few ResNet-18 convolutions (batch 1, 224 px). Systems
+are timed interleaved (one call of each per round) and the median round is reported, so a
+transient load on the machine hits every system alike. Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from disc.codegen.cpu import toolchain
+from disc.runtime.ral import Ral, conv2d_args, gemm_args, load_ral
+
+BERT_M = (64, 512, 3072)
+BERT_KN = ((256, 256), (256, 1024), (1024, 256), (768, 768), (768, 3072), (3072, 768))
+# (name, ci, co, kernel, stride, padding, input spatial size at 224 px)
+RESNET18_CONVS = (
+    ("conv1 7x7/2", 3, 64, 7, 2, 3, 224),
+    ("layer1 3x3", 64, 64, 3, 1, 1, 56),
+    ("layer2 3x3/2", 64, 128, 3, 2, 1, 56),
+    ("layer2 1x1/2", 64, 128, 1, 2, 0, 56),
+    ("layer3 3x3", 256, 256, 3, 1, 1, 14),
+    ("layer4 3x3", 512, 512, 3, 1, 1, 7),
+)
+
+
+def _rals() -> dict[str, Ral]:
+    rals = {}
+    if toolchain.have_dnnl():
+        rals["ral-onednn"] = load_ral("dnnl")
+    rals["ral-builtin"] = load_ral("builtin")
+    return rals
+
+
+def _interleaved(fns: dict[str, Callable[[], object]], repeats: int, budget_s: float) -> dict[str, float]:
+    """Median seconds per call of each fn, timing one call of each per round."""
+    for fn in fns.values():  # warm-up: primitive creation, weight packing, page faults
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    start = time.perf_counter()
+    for r in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+        if r >= 2 and time.perf_counter() - start > budget_s:  # slow systems on big shapes
+            break
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _gemm_fns(rals: dict[str, Ral], a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> dict[str, Callable[[], object]]:
+    fns: dict[str, Callable[[], object]] = {}
+    for name, ral in rals.items():
+        args, _ = gemm_args(a, b, out)  # built once: time the library, not the ctypes marshalling
+        fns[name] = lambda ral=ral, args=args: ral.call_gemm(args)
+    fns["torch"] = lambda: torch.matmul(a, b, out=out)
+    return fns
+
+
+def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
+    rows = []
+    cases = []
+    for m in BERT_M[:2] if quick else BERT_M:
+        for k, n in BERT_KN:
+            a, b = torch.randn(m, k), torch.randn(k, n)
+            cases.append((f"bert M={m} K={k} N={n}", a, b, torch.empty(m, n), 2.0 * m * n * k))
+    B, h, D = 8, 12, 64
+    for S in (128,) if quick else (128, 384):
+        qkv = torch.randn(B, S, 3 * h * D)
+        q, k_, v = (t.view(B, S, h, D).transpose(1, 2) for t in qkv.split(h * D, dim=-1))
+        cases.append((f"attn QK^T S={S}", q, k_.transpose(-1, -2), torch.empty(B, h, S, S), 2.0 * B * h * S * S * D))
+        p = torch.softmax(torch.randn(B, h, S, S), dim=-1)
+        ctx = torch.empty(B, S, h * D).view(B, S, h, D).transpose(1, 2)
+        cases.append((f"attn PV S={S}", p, v, ctx, 2.0 * B * h * S * S * D))
+    for label, a, b, out, flops in cases:
+        secs = _interleaved(_gemm_fns(rals, a, b, out), repeats, budget_s=3.0)
+        rows.append({"case": label, "flops": flops, **{f"{name}_gflops": flops / s / 1e9 for name, s in secs.items()}})
+        _print_row(rows[-1])
+    return rows
+
+
+def bench_conv(rals: dict[str, Ral], repeats: int) -> list[dict]:
+    rows = []
+    for label, ci, co, kern, stride, pad, hw in RESNET18_CONVS:
+        x, w = torch.randn(1, ci, hw, hw), torch.randn(co, ci, kern, kern)
+        oh = (hw + 2 * pad - kern) // stride + 1
+        flops = 2.0 * co * oh * oh * ci * kern * kern
+        fns: dict[str, Callable[[], object]] = {}
+        for name, ral in rals.items():
+            args, out = conv2d_args(x, w, stride, pad, weight_is_constant=True)
+            fns[name] = lambda ral=ral, args=args, out=out: ral.call_conv2d(args)  # out: the args point into it
+        fns["torch"] = lambda x=x, w=w, s=stride, p=pad: F.conv2d(x, w, None, s, p)
+        secs = _interleaved(fns, repeats, budget_s=3.0)
+        rows.append(
+            {"case": f"resnet18 {label} 1x{ci}x{hw}x{hw}", "flops": flops, **{f"{n}_gflops": flops / s / 1e9 for n, s in secs.items()}}
+        )
+        _print_row(rows[-1])
+    return rows
+
+
+COLUMNS = ("ral-onednn", "ral-builtin", "torch")
+
+
+def _print_header() -> None:
+    print(f"{'case':44s}" + "".join(f"{c + ' GF/s':>18s}" for c in COLUMNS))
+
+
+def _print_row(row: dict) -> None:
+    cells = "".join(f"{row[c + '_gflops']:18.1f}" if c + "_gflops" in row else f"{'-':>18s}" for c in COLUMNS)
+    print(f"{row['case']:44s}{cells}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="/tmp/gemm_library.json", help="JSON results path")
+    parser.add_argument("--repeats", type=int, default=9, help="interleaved rounds per case (median reported)")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes (smoke run)")
+    opts = parser.parse_args(argv)
+    rals = _rals()
+    print(f"threads: torch {torch.get_num_threads()}, OpenMP/oneDNN {os.environ.get('OMP_NUM_THREADS', os.cpu_count())}")
+    print("libraries: " + ", ".join(f"{n} = {r.gemm_library}" for n, r in rals.items()))
+    _print_header()
+    gemm_rows = bench_gemm(rals, opts.repeats, opts.quick)
+    conv_rows = bench_conv(rals, opts.repeats)
+    result = {
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+        "libraries": {n: r.gemm_library for n, r in rals.items()},
+        "repeats": opts.repeats,
+        "gemm": gemm_rows,
+        "conv2d": conv_rows,
+    }
+    with open(opts.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {opts.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The native CPU backend: the C++ toolchain (and, later, the C++ code generator)."""

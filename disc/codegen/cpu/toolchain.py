@@ -1,0 +1,270 @@
+"""Builds generated C++ into shared libraries, with a content-addressed on-disk cache.
+
+Every CPU artifact of disc (the RAL, generated kernels) goes through `build`. The cache key
+hashes everything that changes the produced bytes: the source, flags, link arguments, include
+dirs, the RAL header, the compiler's ``--version`` and the host CPU (``-march=native``), plus
+`CACHE_FORMAT`. An entry is a folder ``<cache>/<key[:32]>/`` holding ``<name>.cc`` (the readable
+source), ``<name>.so`` and ``<name>.so.json`` (sha256 and size of the .so bytes).
+
+Files are written to temporaries in the same folder and moved into place with `os.replace`,
+so a concurrent process sees either no entry or a complete one; a hit is trusted only when the
+sidecar's hash matches the .so and the .so is a shared ELF for this machine. Anything else is
+treated as a miss and rebuilt over the old entry (the path is replaced atomically, never left
+missing, so a process loading it concurrently gets either the old or the new complete file).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from disc.errors import CompileError
+
+# Bump when the layout of an entry or the base flags change: old entries are then ignored.
+CACHE_FORMAT = "disc-cpu-cache-1"
+BASE_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=c++17")
+RAL_INCLUDE_DIR = Path(__file__).resolve().parents[2] / "runtime" / "ral"
+DNNL_HEADER = Path("/usr/include/oneapi/dnnl/dnnl.h")
+# Compiles faster than this stay silent; slower ones announce themselves and their time.
+SLOW_COMPILE_S = 1.0
+# Keep the start of the compiler's stderr: the first errors are the useful ones.
+MAX_STDERR_CHARS = 4000
+
+logger = logging.getLogger("disc")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What `build` produced: ``cached`` is True when the entry was served without compiling."""
+
+    path: Path
+    source_path: Path
+    cached: bool
+    key: str
+
+
+def find_compiler() -> str:
+    """The C++ compiler: ``$CXX`` if set, else ``g++`` or ``c++`` from PATH."""
+    env = os.environ.get("CXX", "").strip()
+    if env:
+        found = shutil.which(env)
+        if found is None:
+            raise CompileError(f"disc: $CXX is {env!r}, which is not an executable on PATH")
+        return found
+    for candidate in ("g++", "c++"):
+        found = shutil.which(candidate)
+        if found is not None:
+            return found
+    raise CompileError("disc: no C++ compiler found (set $CXX or install g++, e.g. `apt-get install g++`)")
+
+
+def cache_dir() -> Path:
+    """``$DISC_CACHE_DIR``, else ``~/.cache/disc``."""
+    env = os.environ.get("DISC_CACHE_DIR", "").strip()
+    return Path(env) if env else Path.home() / ".cache" / "disc"
+
+
+def dnnl_root() -> Path | None:
+    """``$DISC_DNNL_ROOT`` when it names an install with ``include/oneapi/dnnl/dnnl.h``."""
+    env = os.environ.get("DISC_DNNL_ROOT", "").strip()
+    if env and (Path(env) / "include" / "oneapi" / "dnnl" / "dnnl.h").is_file():
+        return Path(env)
+    return None
+
+
+def dnnl_build_args() -> tuple[list[str], list[str]]:
+    """(compile flags, link arguments) that build against oneDNN; meaningful when `have_dnnl()`."""
+    root = dnnl_root()
+    if root is None:
+        return ["-DDISC_HAVE_DNNL=1"], ["-ldnnl"]
+    lib = root / "lib"
+    return [f"-I{root / 'include'}", "-DDISC_HAVE_DNNL=1"], [f"-L{lib}", f"-Wl,-rpath,{lib}", "-ldnnl"]
+
+
+def have_dnnl() -> bool:
+    """True when oneDNN's headers are present and a program using it links.
+
+    ``DISC_NO_DNNL=1`` forces False (tests and users can select the builtin fallbacks).
+    """
+    if os.environ.get("DISC_NO_DNNL", "") not in ("", "0"):
+        return False
+    if dnnl_root() is None and not DNNL_HEADER.is_file():
+        return False
+    return _dnnl_links(str(dnnl_root() or ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _dnnl_links(root: str) -> bool:
+    # A tiny link probe, cached per process (and on disk through `build`): headers without the
+    # library (or a broken install) must select the fallback rather than fail the RAL build.
+    flags, libs = dnnl_build_args()
+    probe = '#include "oneapi/dnnl/dnnl.h"\nextern "C" int disc_probe() { return dnnl_version()->major; }\n'
+    try:
+        build(probe, "dnnl_probe", flags=flags, libs=libs)
+    except CompileError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_identity(compiler: str) -> str:
+    proc = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    return proc.stdout + proc.stderr
+
+
+@functools.lru_cache(maxsize=1)
+def _host_identity() -> str:
+    # -march=native makes the bytes depend on the CPU; a cache shared between machines (an NFS
+    # home) must not hand one machine's library to another.
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("model name", "flags")):
+                    cpu += line
+                if line.strip() == "":
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()}\n{cpu}"
+
+
+def _cache_key(compiler: str, source: str, flags: Sequence[str], libs: Sequence[str], include_dirs: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    header = (RAL_INCLUDE_DIR / "ral.h").read_bytes() if (RAL_INCLUDE_DIR / "ral.h").is_file() else b""
+    parts = [CACHE_FORMAT, source, "\0".join(BASE_FLAGS), "\0".join(flags), "\0".join(libs), "\0".join(include_dirs)]
+    parts += [_compiler_identity(compiler), _host_identity()]
+    for part in parts:
+        data = part.encode()
+        h.update(len(data).to_bytes(8, "little") + data)
+    h.update(header)
+    return h.hexdigest()
+
+
+def _is_shared_elf(data: bytes) -> bool:
+    """A 64-bit little-endian ELF shared object for this machine (the ELF header, not a dlopen)."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return False
+    e_type = int.from_bytes(data[16:18], "little")
+    e_machine = int.from_bytes(data[18:20], "little")
+    machines = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "riscv64": 243}
+    expected = machines.get(platform.machine())
+    return e_type == 3 and (expected is None or e_machine == expected)
+
+
+def _valid_entry(so: Path, sidecar: Path) -> bool:
+    try:
+        meta = json.loads(sidecar.read_text())
+        data = so.read_bytes()
+    except (OSError, ValueError):
+        return False
+    if not isinstance(meta, dict) or meta.get("format") != CACHE_FORMAT:
+        return False
+    return meta.get("sha256") == hashlib.sha256(data).hexdigest() and meta.get("bytes") == len(data) and _is_shared_elf(data)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _safe_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "_-." else "_" for c in name).strip(".")
+    return cleaned or "module"
+
+
+def _compile(cmd: list[str], name: str, lines: int, report: Callable[[str], None]) -> subprocess.CompletedProcess:
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=SLOW_COMPILE_S)
+        announced = False
+    except subprocess.TimeoutExpired:
+        report(f"disc: compiling {name} ({lines} lines)...")
+        announced = True
+        out, err = proc.communicate()
+    if announced:
+        report(f"disc: compiled {name} in {time.perf_counter() - start:.1f} s")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def build(
+    source: str,
+    name: str,
+    *,
+    flags: Sequence[str] = (),
+    libs: Sequence[str] = (),
+    include_dirs: Sequence[str | os.PathLike] = (),
+    progress: Callable[[str], None] | None = None,
+) -> BuildResult:
+    """Compile ``source`` into a shared library, or return the verified cached one.
+
+    ``flags`` go after the base flags, ``libs`` (linker arguments such as ``-ldnnl``) after the
+    source, ``include_dirs`` become ``-I`` (the RAL header's folder is always included). Slow
+    compiles are announced through ``progress`` (default: the "disc" logger at INFO). Raises
+    CompileError with the compiler's stderr and the saved source's path on failure.
+    """
+    compiler = find_compiler()
+    incs = [str(RAL_INCLUDE_DIR), *(str(d) for d in include_dirs)]
+    key = _cache_key(compiler, source, list(flags), list(libs), incs)
+    stem = _safe_name(name)
+    entry = cache_dir() / key[:32]
+    so, sidecar, src = entry / f"{stem}.so", entry / f"{stem}.so.json", entry / f"{stem}.cc"
+    if _valid_entry(so, sidecar):
+        return BuildResult(so, src, True, key)
+    entry.mkdir(parents=True, exist_ok=True)
+    if sidecar.exists():
+        # Corrupt or stale: withdraw the sidecar first so no process trusts the old bytes; the
+        # .so itself is replaced atomically below. (A .so without a sidecar is another build
+        # in progress or an interrupted one: silently rebuilt.)
+        logger.warning("disc: cache entry %s failed verification; rebuilding", so)
+        sidecar.unlink(missing_ok=True)
+    _write_atomic(src, source.encode())
+    fd, tmp = tempfile.mkstemp(dir=entry, prefix=f".{stem}.", suffix=".so.tmp")
+    os.close(fd)
+    try:
+        cmd = [compiler, *BASE_FLAGS, *flags, *(f"-I{d}" for d in incs), str(src), "-o", tmp, *libs]
+        report = progress or logger.info
+        proc = _compile(cmd, name, source.count("\n") + 1, report)
+        if proc.returncode != 0:
+            err = (proc.stderr or proc.stdout).strip()
+            if len(err) > MAX_STDERR_CHARS:
+                err = err[:MAX_STDERR_CHARS] + "\n... (truncated)"
+            raise CompileError(f"disc: compiling {name} failed ({Path(compiler).name} exit {proc.returncode}); source: {src}\n{err}")
+        data = Path(tmp).read_bytes()
+        meta = {"format": CACHE_FORMAT, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "name": name}
+        os.replace(tmp, so)
+        _write_atomic(sidecar, json.dumps(meta).encode())
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return BuildResult(so, src, False, key)
+
+
+def build_shared(
+    source: str,
+    name: str,
+    *,
+    flags: Sequence[str] = (),
+    libs: Sequence[str] = (),
+    include_dirs: Sequence[str | os.PathLike] = (),
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """`build`, returning only the library's path."""
+    return build(source, name, flags=flags, libs=libs, include_dirs=include_dirs, progress=progress).path

@@ -1,0 +1,297 @@
+"""The runtime abstraction layer (RAL) from Python: build, load and call the CPU RAL.
+
+`load_ral()` compiles ``ral_cpu.cc`` through the toolchain (against oneDNN when `have_dnnl()`,
+else with the builtin fallbacks), loads it with ctypes and returns a `Ral`: the address of the
+``disc_ral`` table that generated programs receive, its ``gemm_library``, and thin `gemm` /
+`conv2d` wrappers over torch tensors (used by tests and benchmarks). The ctypes Structures below
+mirror ``ral.h`` field for field; tests compare their layout with the C compiler's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from disc.codegen.cpu import toolchain
+from disc.errors import CompileError, RuntimeFailure
+
+ABI_VERSION = 1
+MAX_BATCH_DIMS = 6
+RAL_DIR = Path(__file__).resolve().parent
+
+_i64 = ctypes.c_int64
+_i32 = ctypes.c_int32
+_ptr = ctypes.c_void_p
+_dims = _i64 * MAX_BATCH_DIMS
+_pair = _i64 * 2
+
+
+class Ctx(ctypes.Structure):
+    """``disc_ral_ctx``: per-call state; ``error`` holds the first message after a failure."""
+
+    _fields_ = [("failed", _i32), ("error", ctypes.c_char * 1020)]
+
+
+class GemmArgs(ctypes.Structure):
+    """``disc_gemm_args``."""
+
+    _fields_ = [
+        ("m", _i64), ("n", _i64), ("k", _i64),
+        ("batch_rank", _i32), ("batch_shape", _dims),
+        ("a", _ptr), ("a_rs", _i64), ("a_cs", _i64), ("a_bs", _dims),
+        ("b", _ptr), ("b_rs", _i64), ("b_cs", _i64), ("b_bs", _dims),
+        ("c", _ptr), ("c_rs", _i64), ("c_bs", _dims),
+        ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
+    ]  # fmt: skip
+
+
+class Conv2dArgs(ctypes.Structure):
+    """``disc_conv2d_args``."""
+
+    _fields_ = [
+        ("n", _i64), ("ci", _i64), ("h", _i64), ("w", _i64),
+        ("co", _i64), ("kh", _i64), ("kw", _i64),
+        ("oh", _i64), ("ow", _i64),
+        ("stride", _pair), ("dilation", _pair), ("pad_lo", _pair), ("pad_hi", _pair),
+        ("groups", _i64),
+        ("input", _ptr), ("weight", _ptr), ("weight_is_constant", _i32), ("output", _ptr),
+    ]  # fmt: skip
+
+
+_CtxP = ctypes.POINTER(Ctx)
+ErrorFn = ctypes.CFUNCTYPE(None, _CtxP, ctypes.c_char_p)
+AllocFn = ctypes.CFUNCTYPE(_ptr, _CtxP, _i64)
+FreeFn = ctypes.CFUNCTYPE(None, _CtxP, _ptr)
+GemmFn = ctypes.CFUNCTYPE(_i32, _CtxP, ctypes.POINTER(GemmArgs))
+Conv2dFn = ctypes.CFUNCTYPE(_i32, _CtxP, ctypes.POINTER(Conv2dArgs))
+
+
+class RalTable(ctypes.Structure):
+    """``disc_ral``: the function table."""
+
+    _fields_ = [
+        ("abi_version", _i32),
+        ("gemm_library", ctypes.c_char_p),
+        ("error", ErrorFn),
+        ("alloc", AllocFn),
+        ("free", FreeFn),
+        ("gemm", GemmFn),
+        ("conv2d", Conv2dFn),
+    ]
+
+
+def _raise_if_failed(rc: int, ctx: Ctx, what: str) -> None:
+    if rc != 0:
+        message = ctx.error.decode(errors="replace") or f"{what} returned {rc} without a message"
+        raise RuntimeFailure(f"disc RAL: {message}")
+
+
+def _floats(t: torch.Tensor, name: str) -> None:
+    if t.dtype != torch.float32 or t.device.type != "cpu":
+        raise TypeError(f"{name} must be a float32 CPU tensor, got {t.dtype} on {t.device}")
+
+
+def _quad(v: int | Sequence[int], name: str) -> tuple[int, int, int, int]:
+    """int, (h, w) or (top, bottom, left, right) -> (top, bottom, left, right)."""
+    if isinstance(v, int):
+        return (v, v, v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) == 2:
+        return (v[0], v[0], v[1], v[1])
+    if len(v) == 4:
+        return v  # type: ignore[return-value]
+    raise ValueError(f"{name} must be an int, (h, w) or (top, bottom, left, right); got {v}")
+
+
+def _pair_of(v: int | Sequence[int]) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def gemm_args(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, alpha: float = 1.0, beta: float = 0.0
+) -> tuple[GemmArgs, torch.Tensor]:
+    """``disc_gemm_args`` for ``out = alpha * a @ b + beta * out``, and ``out``.
+
+    ``a`` is ``[*batch, m, k]`` and ``b`` ``[*batch, k, n]`` with any strides (leading dims
+    broadcast as in torch.matmul; broadcast dims pass stride 0). Without ``out`` a contiguous
+    result is allocated (``beta`` must then be 0); ``out`` needs unit stride along its last dim.
+    The args hold raw pointers: keep the tensors alive while they are used.
+    """
+    _floats(a, "a")
+    _floats(b, "b")
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"gemm: incompatible shapes {tuple(a.shape)} @ {tuple(b.shape)}")
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    shapes = [a.shape[:-2], b.shape[:-2]] + ([out.shape[:-2]] if out is not None else [])
+    batch = tuple(torch.broadcast_shapes(*shapes))
+    if len(batch) > MAX_BATCH_DIMS:
+        raise ValueError(f"gemm: at most {MAX_BATCH_DIMS} batch dims, got {len(batch)}")
+    a = a.expand(*batch, m, k)
+    b = b.expand(*batch, k, n)
+    if out is None:
+        if beta != 0.0:
+            raise ValueError("gemm: beta != 0 needs an `out` tensor to accumulate into")
+        out = torch.empty(*batch, m, n)
+    else:
+        _floats(out, "out")
+        if tuple(out.shape) != (*batch, m, n):
+            raise ValueError(f"gemm: out has shape {tuple(out.shape)}, expected {(*batch, m, n)}")
+        if n > 1 and out.stride(-1) != 1:
+            raise ValueError("gemm: out must have unit stride along its last dim")
+    nb = len(batch)
+    args = GemmArgs(m=m, n=n, k=k, batch_rank=nb, alpha=alpha, beta=beta)
+    args.batch_shape[:nb] = batch
+    args.a, args.a_rs, args.a_cs = a.data_ptr() or None, a.stride(-2), a.stride(-1)
+    args.b, args.b_rs, args.b_cs = b.data_ptr() or None, b.stride(-2), b.stride(-1)
+    args.c, args.c_rs = out.data_ptr() or None, out.stride(-2)
+    args.a_bs[:nb] = a.stride()[:nb]
+    args.b_bs[:nb] = b.stride()[:nb]
+    args.c_bs[:nb] = out.stride()[:nb]
+    return args, out
+
+
+def conv2d_args(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    *,
+    weight_is_constant: bool = False,
+) -> tuple[Conv2dArgs, torch.Tensor]:
+    """``disc_conv2d_args`` for ``F.conv2d(x, w)`` (no bias) and the allocated output.
+
+    ``x`` (NCHW) and ``w`` (OIHW) must be contiguous; ``padding`` is an int, (h, w) or
+    (top, bottom, left, right). Keep the tensors alive while the args are used.
+    """
+    _floats(x, "x")
+    _floats(w, "w")
+    if x.dim() != 4 or w.dim() != 4 or not x.is_contiguous() or not w.is_contiguous():
+        raise ValueError("conv2d: x must be contiguous NCHW and w contiguous OIHW")
+    n, ci, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    (sh, sw), (dh, dw) = _pair_of(stride), _pair_of(dilation)
+    pt, pb, pl, pr = _quad(padding, "padding")
+    oh = max((h + pt + pb - dh * (kh - 1) - 1) // sh + 1, 0)
+    ow = max((wd + pl + pr - dw * (kw - 1) - 1) // sw + 1, 0)
+    out = torch.empty(n, co, oh, ow)
+    args = Conv2dArgs(n=n, ci=ci, h=h, w=wd, co=co, kh=kh, kw=kw, oh=oh, ow=ow, groups=groups)
+    args.stride[:] = (sh, sw)
+    args.dilation[:] = (dh, dw)
+    args.pad_lo[:] = (pt, pl)
+    args.pad_hi[:] = (pb, pr)
+    args.input, args.weight, args.output = x.data_ptr() or None, w.data_ptr() or None, out.data_ptr() or None
+    args.weight_is_constant = int(weight_is_constant)
+    return args, out
+
+
+@dataclass(frozen=True)
+class Ral:
+    """A loaded RAL.
+
+    ``table`` is the ``const disc_ral*`` (an address, pass it as ``c_void_p``) to hand to
+    generated programs; ``functions`` is the same table read through ctypes; ``Ctx`` is the
+    ctypes mirror of ``disc_ral_ctx`` (one per call).
+    """
+
+    lib: ctypes.CDLL
+    path: Path
+    functions: RalTable
+    table: int
+    gemm_library: str
+    Ctx = Ctx  # so callers holding a Ral need no second import
+
+    def gemm(
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, alpha: float = 1.0, beta: float = 0.0
+    ) -> torch.Tensor:
+        """``out = alpha * a @ b + beta * out`` through the RAL (see `gemm_args`); returns ``out``."""
+        args, out = gemm_args(a, b, out, alpha=alpha, beta=beta)
+        self.call_gemm(args)
+        return out
+
+    def conv2d(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        *,
+        weight_is_constant: bool = False,
+    ) -> torch.Tensor:
+        """``F.conv2d(x, w)`` (no bias) through the RAL; ``padding`` may be (top, bottom, left, right)."""
+        x, w = x.contiguous(), w.contiguous()
+        args, out = conv2d_args(x, w, stride, padding, dilation, groups, weight_is_constant=weight_is_constant)
+        self.call_conv2d(args)
+        return out
+
+    def cache_entries(self) -> dict[str, int]:
+        """Sizes of the RAL's caches: convolution plans and reordered constant weights."""
+        fn = self.lib.disc_ral_cpu_cache_entries
+        fn.restype, fn.argtypes = _i64, [_i32]
+        return {"conv_plans": fn(0), "packed_weights": fn(1)}
+
+    def call_gemm(self, args: GemmArgs) -> None:
+        """Call the table's ``gemm`` with a fresh ctx; raise RuntimeFailure on failure."""
+        ctx = Ctx()
+        _raise_if_failed(self.functions.gemm(ctypes.byref(ctx), ctypes.byref(args)), ctx, "gemm")
+
+    def call_conv2d(self, args: Conv2dArgs) -> None:
+        """Call the table's ``conv2d`` with a fresh ctx; raise RuntimeFailure on failure."""
+        ctx = Ctx()
+        _raise_if_failed(self.functions.conv2d(ctypes.byref(ctx), ctypes.byref(args)), ctx, "conv2d")
+
+
+Variant = Literal["auto", "dnnl", "builtin"]
+_lock = threading.Lock()
+_loaded: dict[str, Ral] = {}
+
+
+def build_ral(variant: Variant = "auto") -> toolchain.BuildResult:
+    """Build (or fetch from the cache) the CPU RAL: "dnnl", "builtin" or "auto" (dnnl if available)."""
+    use_dnnl = _resolve(variant) == "dnnl"
+    source = (RAL_DIR / "ral_cpu.cc").read_text()
+    flags, libs = toolchain.dnnl_build_args() if use_dnnl else ([], [])
+    return toolchain.build(source, "ral_cpu" if use_dnnl else "ral_cpu_builtin", flags=flags, libs=libs)
+
+
+def _resolve(variant: Variant) -> str:
+    if variant == "auto":
+        return "dnnl" if toolchain.have_dnnl() else "builtin"
+    if variant == "dnnl" and not toolchain.have_dnnl():
+        raise CompileError("disc RAL: oneDNN was requested but is not available (install libdnnl-dev or set DISC_DNNL_ROOT)")
+    if variant not in ("dnnl", "builtin"):
+        raise ValueError(f"unknown RAL variant {variant!r}")
+    return variant
+
+
+def load_ral(variant: Variant = "auto") -> Ral:
+    """The process's RAL of that variant, built and loaded on first use (thread-safe)."""
+    with _lock:
+        resolved = _resolve(variant)
+        ral = _loaded.get(resolved)
+        if ral is None:
+            built = build_ral(resolved)  # type: ignore[arg-type]
+            lib = ctypes.CDLL(str(built.path))
+            entry = lib.disc_ral_cpu
+            entry.restype = ctypes.POINTER(RalTable)
+            entry.argtypes = []
+            table_ptr = entry()
+            table = table_ptr.contents
+            if table.abi_version != ABI_VERSION:
+                raise RuntimeFailure(f"disc RAL: {built.path} has ABI {table.abi_version}, expected {ABI_VERSION}")
+            address = ctypes.cast(table_ptr, ctypes.c_void_p).value or 0
+            ral = Ral(lib, built.path, table, address, table.gemm_library.decode())
+            _loaded[resolved] = ral
+        return ral
+
+
+__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral"]

@@ -1,0 +1,756 @@
+// disc CPU runtime abstraction layer: the `disc_ral` table that generated CPU programs call.
+//
+// Built by disc.runtime.ral.load_ral() through the toolchain. With DISC_HAVE_DNNL defined,
+// GEMM goes to dnnl_sgemm and convolution to oneDNN's convolution primitive; without it, the
+// builtin fallbacks below (packed, cache-blocked loops with OpenMP) compute the same results.
+//
+// Thread-safety: every entry point may be called concurrently from many host threads. State
+// shared between calls (oneDNN engine, primitive and reordered-weight caches) is immutable
+// once published and guarded by a mutex while it is looked up or inserted; per-call buffers
+// (oneDNN scratchpads, packing, blocked activations) come from `alloc` in that call.
+// No C++ exception crosses the C boundary: each entry point catches and reports via `error`.
+
+#include "ral.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#ifdef DISC_HAVE_DNNL
+#include "oneapi/dnnl/dnnl.h"
+#include "oneapi/dnnl/dnnl.hpp"
+#endif
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Errors and memory
+
+void ral_error(disc_ral_ctx* ctx, const char* message) {
+  if (ctx == nullptr) return;
+  // The first error wins. A CAS rather than a plain store because OpenMP workers of one call
+  // may fail together; the host reads the message only after the call returned.
+  int32_t expected = 0;
+  if (__atomic_compare_exchange_n(&ctx->failed, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    std::snprintf(ctx->error, sizeof ctx->error, "%s", message ? message : "(no message)");
+  }
+}
+
+__attribute__((format(printf, 2, 3))) int32_t fail(disc_ral_ctx* ctx, const char* fmt, ...) {
+  char buf[sizeof(disc_ral_ctx::error)];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  ral_error(ctx, buf);
+  return 1;
+}
+
+constexpr size_t kAlign = 64;
+
+void* ral_alloc(disc_ral_ctx* ctx, int64_t bytes) {
+  if (bytes < 0) {
+    fail(ctx, "alloc: negative size %lld", static_cast<long long>(bytes));
+    return nullptr;
+  }
+  // aligned_alloc needs a multiple of the alignment; a zero request still gets a unique block.
+  size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, size);
+  if (p == nullptr) fail(ctx, "alloc: out of memory (%lld bytes)", static_cast<long long>(bytes));
+  return p;
+}
+
+void ral_free(disc_ral_ctx*, void* ptr) { std::free(ptr); }
+
+// A buffer from `alloc`, released on scope exit (so early returns and exceptions cannot leak).
+struct Scratch {
+  disc_ral_ctx* ctx;
+  void* ptr = nullptr;
+  Scratch(disc_ral_ctx* c, int64_t bytes) : ctx(c) {
+    if (bytes > 0) ptr = ral_alloc(c, bytes);
+  }
+  ~Scratch() { ral_free(ctx, ptr); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* f() const { return static_cast<float*>(ptr); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// GEMM: one 2-D problem, C[m, n] = alpha * A @ B + beta * C (C column stride 1)
+
+struct Gemm2D {
+  int64_t m, n, k;
+  float alpha, beta;
+  const float* a;
+  int64_t ars, acs;
+  const float* b;
+  int64_t brs, bcs;
+  float* c;
+  int64_t crs;
+};
+
+// C = beta * C; beta == 0 overwrites (BLAS convention: NaNs already in C do not survive).
+void scale_c(const Gemm2D& g) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    float* row = g.c + i * g.crs;
+    if (g.beta == 0.0f) {
+      std::fill(row, row + g.n, 0.0f);
+    } else if (g.beta != 1.0f) {
+      for (int64_t j = 0; j < g.n; ++j) row[j] *= g.beta;
+    }
+  }
+}
+
+// Copy a strided rows x cols matrix into a dense row-major buffer.
+[[maybe_unused]] void pack_dense(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = src[i * rs + j * cs];
+}
+
+// --- builtin: packed panels and a register-blocked micro-kernel (GCC vector extensions, so
+// the same code uses AVX-512, AVX2 or SSE, whichever -march=native offers).
+#if defined(__AVX512F__)
+constexpr int kVW = 16;
+#else
+constexpr int kVW = 8;
+#endif
+typedef float vfloat __attribute__((vector_size(kVW * sizeof(float)), aligned(sizeof(float))));
+constexpr int kMR = 6;         // rows of C per micro-tile
+constexpr int kNR = 2 * kVW;   // columns of C per micro-tile (two vectors)
+constexpr int64_t kMC = 96;    // rows of A per packed block (multiple of kMR)
+constexpr int64_t kKC = 256;   // depth per packed block
+constexpr int64_t kNC = 512;   // columns of B per packed block (multiple of kNR)
+
+// Ap: ceil(mc/kMR) panels, each kc x kMR (row r of the panel at [p*kMR + r]); zero-padded.
+void pack_a(const Gemm2D& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* ap) {
+  for (int64_t ip = 0; ip < mc; ip += kMR) {
+    float* panel = ap + ip * kc;
+    for (int64_t p = 0; p < kc; ++p)
+      for (int r = 0; r < kMR; ++r)
+        panel[p * kMR + r] = (ip + r < mc) ? g.a[(i0 + ip + r) * g.ars + (p0 + p) * g.acs] : 0.0f;
+  }
+}
+
+// Bp: ceil(nc/kNR) panels, each kc x kNR; zero-padded.
+void pack_b(const Gemm2D& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* bp) {
+  for (int64_t jp = 0; jp < nc; jp += kNR) {
+    float* panel = bp + jp * kc;
+    int64_t w = std::min<int64_t>(kNR, nc - jp);
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* src = g.b + (p0 + p) * g.brs + (j0 + jp) * g.bcs;
+      float* dst = panel + p * kNR;
+      if (g.bcs == 1) {
+        std::memcpy(dst, src, w * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < w; ++j) dst[j] = src[j * g.bcs];
+      }
+      for (int64_t j = w; j < kNR; ++j) dst[j] = 0.0f;
+    }
+  }
+}
+
+// C[mr, nr] += alpha * Ap_panel @ Bp_panel.
+void micro_kernel(int64_t kc, const float* ap, const float* bp, float alpha, float* c, int64_t crs, int mr, int nr) {
+  vfloat acc[kMR][2];
+  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = vfloat{};
+  for (int64_t p = 0; p < kc; ++p) {
+    vfloat b0 = *reinterpret_cast<const vfloat*>(bp + p * kNR);
+    vfloat b1 = *reinterpret_cast<const vfloat*>(bp + p * kNR + kVW);
+    for (int r = 0; r < kMR; ++r) {
+      float a = ap[p * kMR + r];
+      acc[r][0] += a * b0;
+      acc[r][1] += a * b1;
+    }
+  }
+  alignas(64) float tile[kMR][kNR];
+  for (int r = 0; r < kMR; ++r) {
+    *reinterpret_cast<vfloat*>(&tile[r][0]) = acc[r][0];
+    *reinterpret_cast<vfloat*>(&tile[r][kVW]) = acc[r][1];
+  }
+  for (int r = 0; r < mr; ++r)
+    for (int j = 0; j < nr; ++j) c[r * crs + j] += alpha * tile[r][j];
+}
+
+// Blocked GEMM over tiles of C; tiles are independent, so they are the unit of parallel work
+// (each thread packs its own blocks: B is re-packed once per row block, ~1/kMC extra traffic).
+[[maybe_unused]] int32_t builtin_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
+  if (g.m == 0 || g.n == 0) return 0;
+  if (g.k == 0 || g.alpha == 0.0f) {
+    scale_c(g);
+    return 0;
+  }
+  int nthr = parallel ? omp_get_max_threads() : 1;
+  int64_t mc = kMC, nc = kNC;
+  auto tiles = [&] { return ((g.m + mc - 1) / mc) * ((g.n + nc - 1) / nc); };
+  // Shrink blocks until every thread has a tile (small m or n would otherwise run serially).
+  while (tiles() < nthr && nc > kNR) nc = std::max<int64_t>(kNR, nc / 2 / kNR * kNR);
+  while (tiles() < nthr && mc > kMR) mc = std::max<int64_t>(kMR, mc / 2 / kMR * kMR);
+  int64_t tm = (g.m + mc - 1) / mc, tn = (g.n + nc - 1) / nc, kc_max = std::min<int64_t>(kKC, g.k);
+  int32_t failed = 0;
+#pragma omp parallel num_threads(nthr) if (nthr > 1)
+  {
+    Scratch ap(ctx, (mc + kMR) * kc_max * sizeof(float));
+    Scratch bp(ctx, (nc + kNR) * kc_max * sizeof(float));
+    if (ap.ptr == nullptr || bp.ptr == nullptr) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tm * tn; ++t) {
+      if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
+      int64_t i0 = (t / tn) * mc, j0 = (t % tn) * nc;
+      int64_t mb = std::min(mc, g.m - i0), nb = std::min(nc, g.n - j0);
+      for (int64_t i = 0; i < mb; ++i) {
+        float* row = g.c + (i0 + i) * g.crs + j0;
+        if (g.beta == 0.0f) {
+          std::fill(row, row + nb, 0.0f);
+        } else if (g.beta != 1.0f) {
+          for (int64_t j = 0; j < nb; ++j) row[j] *= g.beta;
+        }
+      }
+      for (int64_t p0 = 0; p0 < g.k; p0 += kKC) {
+        int64_t kc = std::min(kKC, g.k - p0);
+        pack_a(g, i0, mb, p0, kc, ap.f());
+        pack_b(g, p0, kc, j0, nb, bp.f());
+        for (int64_t jr = 0; jr < nb; jr += kNR)
+          for (int64_t ir = 0; ir < mb; ir += kMR)
+            micro_kernel(kc, ap.f() + ir * kc, bp.f() + jr * kc, g.alpha, g.c + (i0 + ir) * g.crs + j0 + jr, g.crs,
+                         static_cast<int>(std::min<int64_t>(kMR, mb - ir)), static_cast<int>(std::min<int64_t>(kNR, nb - jr)));
+      }
+    }
+  }
+  return failed ? fail(ctx, "gemm: out of memory for packing buffers") : 0;
+}
+
+#ifdef DISC_HAVE_DNNL
+// --- oneDNN: dnnl_sgemm is row-major; an operand is passed as 'N' (unit column stride, ld = row
+// stride) or 'T' (unit row stride, ld = column stride). oneDNN requires ld >= max(1, extent);
+// strides of a dim of extent <= 1 are never used, so they are replaced by valid values.
+struct Layout {
+  char trans;
+  int64_t ld;
+  bool pack;  // no usable unit stride (broadcast, gaps or overlap): copy to a dense buffer
+};
+
+Layout choose_layout(int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
+  if (cols <= 1) cs = 1;
+  if (rows <= 1) rs = (cs == 1) ? std::max<int64_t>(cols, 1) : 1;
+  if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) return {'N', rs, false};
+  if (rs == 1 && cs >= std::max<int64_t>(rows, 1)) return {'T', cs, false};
+  return {'N', std::max<int64_t>(cols, 1), true};
+}
+
+int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g) {
+  if (g.m == 0 || g.n == 0) return 0;
+  if (g.k == 0) {
+    scale_c(g);
+    return 0;
+  }
+  Layout la = choose_layout(g.ars, g.acs, g.m, g.k);
+  Layout lb = choose_layout(g.brs, g.bcs, g.k, g.n);
+  Scratch pa(ctx, la.pack ? g.m * g.k * int64_t(sizeof(float)) : 0);
+  Scratch pb(ctx, lb.pack ? g.k * g.n * int64_t(sizeof(float)) : 0);
+  if ((la.pack && pa.ptr == nullptr) || (lb.pack && pb.ptr == nullptr)) return 1;
+  const float* a = g.a;
+  const float* b = g.b;
+  if (la.pack) pack_dense(g.a, g.ars, g.acs, g.m, g.k, pa.f()), a = pa.f();
+  if (lb.pack) pack_dense(g.b, g.brs, g.bcs, g.k, g.n, pb.f()), b = pb.f();
+  int64_t ldc = g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs;
+  dnnl_status_t st = dnnl_sgemm(la.trans, lb.trans, g.m, g.n, g.k, g.alpha, a, la.ld, b, lb.ld, g.beta, g.c, ldc);
+  if (st != dnnl_success)
+    return fail(ctx, "gemm: dnnl_sgemm failed with status %d (m=%lld n=%lld k=%lld)", static_cast<int>(st),
+                static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k));
+  return 0;
+}
+#endif
+
+int32_t gemm_2d(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
+#ifdef DISC_HAVE_DNNL
+  (void)parallel;  // oneDNN threads by itself and runs single-threaded inside a parallel region
+  return dnnl_gemm(ctx, g);
+#else
+  return builtin_gemm(ctx, g, parallel);
+#endif
+}
+
+struct BatchDims {
+  int rank = 0;
+  int64_t count = 1;
+  int64_t shape[DISC_MAX_BATCH_DIMS], as[DISC_MAX_BATCH_DIMS], bs[DISC_MAX_BATCH_DIMS], cs[DISC_MAX_BATCH_DIMS];
+
+  void offsets(int64_t idx, int64_t* oa, int64_t* ob, int64_t* oc) const {
+    *oa = *ob = *oc = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      int64_t i = idx % shape[d];
+      idx /= shape[d];
+      *oa += i * as[d];
+      *ob += i * bs[d];
+      *oc += i * cs[d];
+    }
+  }
+};
+
+int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
+  if (args == nullptr) return fail(ctx, "gemm: null args");
+  const disc_gemm_args& x = *args;
+  if (x.m < 0 || x.n < 0 || x.k < 0)
+    return fail(ctx, "gemm: negative extent (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k);
+  if (x.batch_rank < 0 || x.batch_rank > DISC_MAX_BATCH_DIMS) return fail(ctx, "gemm: batch_rank %d out of range", x.batch_rank);
+  Gemm2D g{x.m, x.n, x.k, x.alpha, x.beta, x.a, x.a_rs, x.a_cs, x.b, x.b_rs, x.b_cs, x.c, x.c_rs};
+  BatchDims bd;
+  for (int d = 0; d < x.batch_rank; ++d) {
+    if (x.batch_shape[d] < 0) return fail(ctx, "gemm: negative batch extent %lld", (long long)x.batch_shape[d]);
+    if (x.batch_shape[d] == 0) return 0;
+    if (x.batch_shape[d] == 1) continue;  // its strides are never used
+    bd.shape[bd.rank] = x.batch_shape[d];
+    bd.as[bd.rank] = x.a_bs[d];
+    bd.bs[bd.rank] = x.b_bs[d];
+    bd.cs[bd.rank] = x.c_bs[d];
+    ++bd.rank;
+  }
+  if (g.m == 0 || g.n == 0) return 0;
+  // A shared (stride-0) B whose A and C batches continue their rows is one taller GEMM
+  // ([B, S, K] @ [K, N]): fold such innermost batch dims into m.
+  while (bd.rank > 0) {
+    int d = bd.rank - 1;
+    int64_t ars = g.m == 1 ? bd.as[d] : g.ars, crs = g.m == 1 ? bd.cs[d] : g.crs;
+    if (bd.bs[d] != 0 || bd.as[d] != g.m * ars || bd.cs[d] != g.m * crs) break;
+    g.ars = ars, g.crs = crs, g.m *= bd.shape[d];
+    --bd.rank;
+  }
+  for (int d = 0; d < bd.rank; ++d) bd.count *= bd.shape[d];
+  if (g.m > 1 && g.crs < g.n) return fail(ctx, "gemm: C rows overlap (row stride %lld < n=%lld)", (long long)g.crs, (long long)g.n);
+  for (int d = 0; d < bd.rank; ++d)
+    if (bd.cs[d] == 0) return fail(ctx, "gemm: C has batch stride 0 along batch dim of extent %lld", (long long)bd.shape[d]);
+  if (g.c == nullptr || (g.k > 0 && (g.a == nullptr || g.b == nullptr))) return fail(ctx, "gemm: null operand");
+
+  if (bd.count == 1) return gemm_2d(ctx, g, true);
+  int nthr = omp_get_max_threads();
+  double macs = double(g.m) * double(g.n) * double(g.k);
+  // Many small GEMMs: one per thread at a time (a library barely threads a 128x64 GEMM). One
+  // or a few large ones: sequentially, each threaded by the library/builtin loop.
+  bool over_batch = nthr > 1 && bd.count >= nthr && (bd.count >= 4 * nthr || macs < double(1 << 24));
+  if (!over_batch) {
+    for (int64_t bi = 0; bi < bd.count; ++bi) {
+      int64_t oa, ob, oc;
+      bd.offsets(bi, &oa, &ob, &oc);
+      Gemm2D gi = g;
+      gi.a += oa, gi.b += ob, gi.c += oc;
+      if (gemm_2d(ctx, gi, true) != 0) return 1;
+    }
+    return 0;
+  }
+  int32_t failed = 0;
+#pragma omp parallel for schedule(static)
+  for (int64_t bi = 0; bi < bd.count; ++bi) {
+    if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
+    int64_t oa, ob, oc;
+    bd.offsets(bi, &oa, &ob, &oc);
+    Gemm2D gi = g;
+    gi.a += oa, gi.b += ob, gi.c += oc;
+    int32_t rc;
+    try {
+      rc = gemm_2d(ctx, gi, false);
+    } catch (...) {  // exceptions must not leave an OpenMP region either
+      rc = fail(ctx, "gemm: unexpected exception in a batch worker");
+    }
+    if (rc != 0) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+  }
+  return failed;
+}
+
+int32_t ral_gemm(disc_ral_ctx* ctx, const disc_gemm_args* args) {
+  try {
+    return ral_gemm_impl(ctx, args);
+  } catch (const std::exception& e) {
+    return fail(ctx, "gemm: %s", e.what());
+  } catch (...) {
+    return fail(ctx, "gemm: unknown exception");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Convolution
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+
+int32_t check_conv(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
+  const int64_t dims[] = {x.n, x.ci, x.h, x.w, x.co, x.kh, x.kw, x.oh, x.ow};
+  for (int64_t v : dims)
+    if (v < 0) return fail(ctx, "conv2d: negative extent");
+  for (int i = 0; i < 2; ++i)
+    if (x.stride[i] < 1 || x.dilation[i] < 1 || x.pad_lo[i] < 0 || x.pad_hi[i] < 0)
+      return fail(ctx, "conv2d: invalid stride/dilation/padding in dim %d", i);
+  if (x.groups < 1 || x.ci % x.groups != 0 || x.co % x.groups != 0)
+    return fail(ctx, "conv2d: groups=%lld must divide ci=%lld and co=%lld", (long long)x.groups, (long long)x.ci,
+                (long long)x.co);
+  const int64_t in[2] = {x.h, x.w}, k[2] = {x.kh, x.kw}, out[2] = {x.oh, x.ow};
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = x.dilation[i] * (k[i] - 1) + 1;
+    int64_t expect = floor_div(in[i] + x.pad_lo[i] + x.pad_hi[i] - span, x.stride[i]) + 1;
+    if (out[i] != std::max<int64_t>(expect, 0))
+      return fail(ctx, "conv2d: output extent %lld in dim %d does not match the input (expected %lld)", (long long)out[i], i,
+                  (long long)std::max<int64_t>(expect, 0));
+  }
+  return 0;
+}
+
+// Direct convolution: parallel over (image, output channel); the innermost loop runs along an
+// output row, contiguous in the output (and in the input when the stride is 1).
+[[maybe_unused]] void builtin_conv2d(const disc_conv2d_args& x) {
+  const int64_t cig = x.ci / x.groups, cog = x.co / x.groups;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < x.n; ++b) {
+    for (int64_t co = 0; co < x.co; ++co) {
+      const int64_t g = co / cog;
+      float* out = x.output + (b * x.co + co) * x.oh * x.ow;
+      std::fill(out, out + x.oh * x.ow, 0.0f);
+      for (int64_t c = 0; c < cig; ++c) {
+        const float* in = x.input + ((b * x.ci) + g * cig + c) * x.h * x.w;
+        const float* wk = x.weight + (co * cig + c) * x.kh * x.kw;
+        for (int64_t ky = 0; ky < x.kh; ++ky) {
+          for (int64_t kx = 0; kx < x.kw; ++kx) {
+            const float wv = wk[ky * x.kw + kx];
+            const int64_t off_x = kx * x.dilation[1] - x.pad_lo[1];
+            // Output columns whose input column lies inside the image.
+            const int64_t ox0 = std::max<int64_t>(0, ceil_div(-off_x, x.stride[1]));
+            const int64_t ox1 = std::min<int64_t>(x.ow, floor_div(x.w - 1 - off_x, x.stride[1]) + 1);
+            for (int64_t oy = 0; oy < x.oh; ++oy) {
+              const int64_t iy = oy * x.stride[0] - x.pad_lo[0] + ky * x.dilation[0];
+              if (iy < 0 || iy >= x.h) continue;
+              const float* irow = in + iy * x.w + off_x;
+              float* orow = out + oy * x.ow;
+              if (x.stride[1] == 1) {
+                for (int64_t ox = ox0; ox < ox1; ++ox) orow[ox] += wv * irow[ox];
+              } else {
+                for (int64_t ox = ox0; ox < ox1; ++ox) orow[ox] += wv * irow[ox * x.stride[1]];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+#ifdef DISC_HAVE_DNNL
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);  // engines are thread-safe
+  return eng;
+}
+
+// How src/dst are handed to the primitive: "any" (default) reorders them per call into the
+// layout oneDNN prefers (NHWC for its AVX-512 brgconv kernels, nChw8c/16c on older ISAs), "nhwc"
+// forces NHWC, "nchw" passes the plain buffers directly (oneDNN then falls back to im2col+GEMM,
+// 1.5-2x slower on ResNet-18 layers even counting the reorders). DISC_RAL_CONV_LAYOUT overrides.
+enum class ActLayout { kNchw, kAny, kNhwc };
+
+ActLayout act_layout() {
+  static const ActLayout mode = [] {
+    const char* v = std::getenv("DISC_RAL_CONV_LAYOUT");
+    const std::string s = v ? v : "";
+    return s == "nchw" ? ActLayout::kNchw : s == "nhwc" ? ActLayout::kNhwc : ActLayout::kAny;
+  }();
+  return mode;
+}
+
+constexpr int kConvKeyLen = 19;
+using ConvKey = std::array<int64_t, kConvKeyLen>;
+
+ConvKey conv_key(const disc_conv2d_args& x) {
+  return {x.n,         x.ci,          x.h,           x.w,           x.co,          x.kh,     x.kw,
+          x.oh,        x.ow,          x.stride[0],   x.stride[1],   x.dilation[0], x.dilation[1],
+          x.pad_lo[0], x.pad_lo[1],   x.pad_hi[0],   x.pad_hi[1],   x.groups,      static_cast<int64_t>(act_layout())};
+}
+
+template <size_t N>
+struct ArrayHash {
+  size_t operator()(const std::array<int64_t, N>& a) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : a) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+dnnl::primitive_attr user_scratchpad() {
+  // With library-managed scratchpads (and oneDNN's default build) a primitive must not run on
+  // two threads at once; a per-call scratchpad makes a shared primitive safe to execute anywhere.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// A reorder between two layouts, with its scratchpad size (user mode, like every cached primitive).
+struct Reorder {
+  dnnl::reorder prim;
+  size_t scratch = 0;
+  Reorder() = default;
+  Reorder(const memory::desc& from, const memory::desc& to) {
+    dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
+    prim = dnnl::reorder(pd);
+    scratch = pd.scratchpad_desc().get_size();
+  }
+};
+
+// Everything derived from a ConvKey; immutable once built, shared by all threads.
+struct ConvPlan {
+  dnnl::convolution_forward prim;
+  size_t scratch = 0;
+  memory::desc user_src, user_wei, user_dst, src, wei, dst;
+  bool src_reorder = false, wei_reorder = false, dst_reorder = false;
+  Reorder to_src, to_wei, from_dst;
+};
+
+std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
+  auto plan = std::make_shared<ConvPlan>();
+  const memory::dims src_dims{x.n, x.ci, x.h, x.w}, dst_dims{x.n, x.co, x.oh, x.ow};
+  const memory::dims wei_dims = x.groups == 1 ? memory::dims{x.co, x.ci, x.kh, x.kw}
+                                              : memory::dims{x.groups, x.co / x.groups, x.ci / x.groups, x.kh, x.kw};
+  const auto f32 = memory::data_type::f32;
+  plan->user_src = memory::desc(src_dims, f32, tag::nchw);
+  plan->user_dst = memory::desc(dst_dims, f32, tag::nchw);
+  plan->user_wei = memory::desc(wei_dims, f32, x.groups == 1 ? tag::oihw : tag::goihw);
+  const tag act = act_layout() == ActLayout::kNchw ? tag::nchw : act_layout() == ActLayout::kNhwc ? tag::nhwc : tag::any;
+  memory::desc src_any(src_dims, f32, act), dst_any(dst_dims, f32, act), wei_any(wei_dims, f32, tag::any);
+  // oneDNN counts dilation from 0 (a dense kernel has dilation 0).
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                    dst_any, {x.stride[0], x.stride[1]}, {x.dilation[0] - 1, x.dilation[1] - 1},
+                                    {x.pad_lo[0], x.pad_lo[1]}, {x.pad_hi[0], x.pad_hi[1]});
+  dnnl::convolution_forward::primitive_desc pd(d, user_scratchpad(), cpu_engine());
+  plan->prim = dnnl::convolution_forward(pd);
+  plan->scratch = pd.scratchpad_desc().get_size();
+  plan->src = pd.src_desc();
+  plan->wei = pd.weights_desc();
+  plan->dst = pd.dst_desc();
+  plan->src_reorder = plan->src != plan->user_src;
+  plan->wei_reorder = plan->wei != plan->user_wei;
+  plan->dst_reorder = plan->dst != plan->user_dst;
+  if (plan->src_reorder) plan->to_src = Reorder(plan->user_src, plan->src);
+  if (plan->wei_reorder) plan->to_wei = Reorder(plan->user_wei, plan->wei);
+  if (plan->dst_reorder) plan->from_dst = Reorder(plan->dst, plan->user_dst);
+  return plan;
+}
+
+// A map whose values are built outside the lock (primitive creation takes milliseconds and must
+// not serialise unrelated calls); if two threads race, the first insertion wins.
+template <typename K, typename V, typename H>
+class SharedCache {
+ public:
+  int64_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(map_.size());
+  }
+  std::shared_ptr<const V> find(const K& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  // Dynamic shapes make the key space unbounded: past `capacity` entries the map starts over
+  // (plans in use stay alive through their shared_ptr; the next calls rebuild what they need).
+  std::shared_ptr<const V> insert(const K& key, std::shared_ptr<const V> value, size_t capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= capacity && map_.find(key) == map_.end()) map_.clear();
+    return map_.emplace(key, std::move(value)).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<K, std::shared_ptr<const V>, H> map_;
+};
+
+constexpr size_t kMaxPlans = 4096;
+
+SharedCache<ConvKey, ConvPlan, ArrayHash<kConvKeyLen>>& plan_cache() {
+  static auto* cache = new SharedCache<ConvKey, ConvPlan, ArrayHash<kConvKeyLen>>();  // never destroyed: no exit-order races
+  return *cache;
+}
+
+// Reordered copies of constant weights. Keyed by the weight's address and extents, then by the
+// layout the primitive wants: input shapes (n, h, w) that select the same layout share one copy,
+// so a dynamic-shape program does not repack (and keep) every weight once per input shape.
+// A few sampled values are compared on every hit so that a freed-and-reused address holding
+// different weights is noticed and repacked (a cheap guard, not a proof).
+constexpr int kWeightSamples = 16;
+using WeightKey = std::array<int64_t, 6>;
+
+struct PackedWeights {
+  memory::desc md;
+  std::unique_ptr<float, void (*)(void*)> data{nullptr, std::free};
+  float sample[kWeightSamples];
+};
+
+void sample_weights(const disc_conv2d_args& x, float* out) {
+  int64_t count = x.co * (x.ci / x.groups) * x.kh * x.kw;
+  for (int i = 0; i < kWeightSamples; ++i) out[i] = x.weight[(count - 1) * i / (kWeightSamples - 1)];
+}
+
+class WeightCache {
+ public:
+  std::shared_ptr<const PackedWeights> find(const WeightKey& key, const memory::desc& md) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return nullptr;
+    for (const auto& e : it->second)
+      if (e->md == md) return e;
+    return nullptr;
+  }
+  // Replaces an entry of the same layout (a repack after the sampled values changed).
+  void insert(const WeightKey& key, std::shared_ptr<const PackedWeights> entry) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& bucket = map_[key];
+    for (auto& e : bucket)
+      if (e->md == entry->md) {
+        e = std::move(entry);
+        return;
+      }
+    bucket.push_back(std::move(entry));
+  }
+  int64_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t n = 0;
+    for (const auto& kv : map_) n += static_cast<int64_t>(kv.second.size());
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<WeightKey, std::vector<std::shared_ptr<const PackedWeights>>, ArrayHash<6>> map_;
+};
+
+WeightCache& weight_cache() {
+  static auto* cache = new WeightCache();  // never destroyed: no exit-order races
+  return *cache;
+}
+
+void run(const dnnl::primitive& p, dnnl::stream& s, std::unordered_map<int, memory> args, size_t scratch_bytes, void* scratch) {
+  if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory({{static_cast<int64_t>(scratch_bytes)}, memory::data_type::u8, tag::a},
+                                                                  cpu_engine(), scratch));
+  p.execute(s, args);
+}
+
+int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
+  const ConvKey key = conv_key(x);
+  std::shared_ptr<const ConvPlan> plan = plan_cache().find(key);
+  if (!plan) plan = plan_cache().insert(key, make_plan(x), kMaxPlans);
+  dnnl::engine& eng = cpu_engine();
+  dnnl::stream s(eng);
+
+  // One scratch buffer, large enough for the biggest primitive run in this call (they run in order).
+  size_t scratch_bytes = std::max({plan->scratch, plan->to_src.scratch, plan->to_wei.scratch, plan->from_dst.scratch});
+  Scratch scratch(ctx, static_cast<int64_t>(scratch_bytes));
+  if (scratch_bytes > 0 && scratch.ptr == nullptr) return 1;
+
+  memory user_src(plan->user_src, eng, const_cast<float*>(x.input));
+  memory user_wei(plan->user_wei, eng, const_cast<float*>(x.weight));
+  memory user_dst(plan->user_dst, eng, x.output);
+
+  // Weights: as given, reordered once and cached (constant), or reordered for this call.
+  memory wei = user_wei;
+  std::shared_ptr<const PackedWeights> packed;
+  Scratch wei_tmp(ctx, (plan->wei_reorder && !x.weight_is_constant) ? static_cast<int64_t>(plan->wei.get_size()) : 0);
+  if (plan->wei_reorder && x.weight_is_constant) {
+    const WeightKey wkey{static_cast<int64_t>(reinterpret_cast<uintptr_t>(x.weight)), x.co, x.ci, x.kh, x.kw, x.groups};
+    float now[kWeightSamples];
+    sample_weights(x, now);
+    packed = weight_cache().find(wkey, plan->wei);
+    if (!packed || std::memcmp(packed->sample, now, sizeof now) != 0) {
+      auto fresh = std::make_shared<PackedWeights>();
+      fresh->md = plan->wei;
+      fresh->data.reset(static_cast<float*>(ral_alloc(ctx, static_cast<int64_t>(plan->wei.get_size()))));
+      if (!fresh->data) return 1;
+      std::memcpy(fresh->sample, now, sizeof now);
+      run(plan->to_wei.prim, s, {{DNNL_ARG_FROM, user_wei}, {DNNL_ARG_TO, memory(plan->wei, eng, fresh->data.get())}},
+          plan->to_wei.scratch, scratch.ptr);
+      s.wait();
+      weight_cache().insert(wkey, fresh);
+      packed = fresh;
+    }
+    wei = memory(plan->wei, eng, packed->data.get());
+  } else if (plan->wei_reorder) {
+    if (wei_tmp.ptr == nullptr) return 1;
+    wei = memory(plan->wei, eng, wei_tmp.ptr);
+    run(plan->to_wei.prim, s, {{DNNL_ARG_FROM, user_wei}, {DNNL_ARG_TO, wei}}, plan->to_wei.scratch, scratch.ptr);
+  }
+
+  Scratch src_tmp(ctx, plan->src_reorder ? static_cast<int64_t>(plan->src.get_size()) : 0);
+  Scratch dst_tmp(ctx, plan->dst_reorder ? static_cast<int64_t>(plan->dst.get_size()) : 0);
+  if ((plan->src_reorder && !src_tmp.ptr) || (plan->dst_reorder && !dst_tmp.ptr)) return 1;
+  memory src = plan->src_reorder ? memory(plan->src, eng, src_tmp.ptr) : user_src;
+  memory dst = plan->dst_reorder ? memory(plan->dst, eng, dst_tmp.ptr) : user_dst;
+  if (plan->src_reorder) run(plan->to_src.prim, s, {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}}, plan->to_src.scratch, scratch.ptr);
+  run(plan->prim, s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}}, plan->scratch, scratch.ptr);
+  if (plan->dst_reorder) run(plan->from_dst.prim, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, plan->from_dst.scratch, scratch.ptr);
+  s.wait();
+  return 0;
+}
+#endif
+
+int32_t ral_conv2d_impl(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
+  if (args == nullptr) return fail(ctx, "conv2d: null args");
+  const disc_conv2d_args& x = *args;
+  if (check_conv(ctx, x) != 0) return 1;
+  if (x.n == 0 || x.co == 0 || x.oh == 0 || x.ow == 0) return 0;  // empty output
+  if (x.output == nullptr || (x.ci > 0 && (x.input == nullptr || x.weight == nullptr))) return fail(ctx, "conv2d: null operand");
+  // Degenerate reductions oneDNN rejects (no input channels or an empty kernel): the sum is 0.
+  if (x.ci == 0 || x.kh == 0 || x.kw == 0 || x.h == 0 || x.w == 0) {
+    std::fill(x.output, x.output + x.n * x.co * x.oh * x.ow, 0.0f);
+    return 0;
+  }
+#ifdef DISC_HAVE_DNNL
+  return dnnl_conv2d(ctx, x);
+#else
+  builtin_conv2d(x);
+  return 0;
+#endif
+}
+
+int32_t ral_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
+  try {
+    return ral_conv2d_impl(ctx, args);
+  } catch (const std::exception& e) {
+    return fail(ctx, "conv2d: %s", e.what());
+  } catch (...) {
+    return fail(ctx, "conv2d: unknown exception");
+  }
+}
+
+const char* library_name() {
+#ifdef DISC_HAVE_DNNL
+  static const std::string name = [] {
+    const dnnl_version_t* v = dnnl_version();
+    return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  }();
+  return name.c_str();
+#else
+  return "builtin";
+#endif
+}
+
+}  // namespace
+
+// Not part of the ABI: cache sizes for tests and diagnostics (0: conv plans, 1: packed weights).
+extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_entries(int32_t which) {
+#ifdef DISC_HAVE_DNNL
+  return which == 0 ? plan_cache().size() : which == 1 ? weight_cache().size() : -1;
+#else
+  (void)which;
+  return 0;
+#endif
+}
+
+extern "C" __attribute__((visibility("default"))) const disc_ral* disc_ral_cpu(void) {
+  static const disc_ral table = {DISC_RAL_ABI_VERSION, library_name(), ral_error, ral_alloc, ral_free, ral_gemm, ral_conv2d};
+  return &table;
+}

@@ -1,0 +1,266 @@
+"""The native CPU backend against PyTorch eager: every kernel form, speculation version and library call.
+
+Each case compiles once with ``backend="native"`` (an error if the graph has no
+native form) and runs at several shapes, including 1-sized and odd dims,
+chosen so each speculation branch runs at least once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import disc
+from disc.codegen.cpu.program import KernelCall
+from disc.ir.parser import parse_graph
+from disc.runtime.native import NativeExecutor, build_native
+
+torch.manual_seed(0)
+
+
+def _compile(model: nn.Module, args: tuple, dynamic: dict) -> disc.CompiledModule:
+    cm = disc.compile(model.eval(), args, dynamic=dynamic, backend="native")
+    assert isinstance(cm.executor, NativeExecutor)
+    return cm
+
+
+def _check(cm, model: nn.Module, args: tuple, tol: float = 1e-5) -> None:
+    with torch.no_grad():
+        want = model(*args)
+    got = cm(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    for w, g in zip(want, got):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if w.is_floating_point():
+            scale = w.abs().max().clamp_min(1e-6)
+            assert ((w - g).abs().max() / scale).item() <= tol, (w - g).abs().max()
+        else:
+            assert torch.equal(w, g)
+
+
+class Elementwise(nn.Module):
+    def forward(self, x, y):
+        return torch.where(x > 0, torch.exp(-x) * y, torch.tanh(y) - x.sigmoid()).relu() + x.abs().sqrt()
+
+
+class BiasGelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(24))
+
+    def forward(self, x):
+        return nn.functional.gelu(x + self.b)
+
+
+class RowSum(nn.Module):
+    def forward(self, x):
+        return (x * x).sum(-1), x.amax(dim=1)
+
+
+class Norms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(40)
+        self.w = nn.Parameter(torch.randn(40))
+
+    def forward(self, x, r):
+        h = self.ln(x + r)
+        rms = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        return h, rms
+
+
+class MaskedSoftmax(nn.Module):
+    def forward(self, s, mask):
+        return torch.softmax(s / 8.0 + (1.0 - mask[:, None, None, :]) * -10000.0, dim=-1)
+
+
+class Movement(nn.Module):
+    def forward(self, x, ids):
+        a = torch.cat([x[:, 1:], x[:, :1] * 2], dim=1)
+        b = nn.functional.pad(x, (1, 2)) [:, :, 1:-2]
+        c = torch.index_select(x, 0, ids)
+        return a + b, c.transpose(1, 2).contiguous()
+
+
+class Attention(nn.Module):
+    def __init__(self, h: int = 4, d: int = 8) -> None:
+        super().__init__()
+        self.h, self.d = h, d
+        self.qkv = nn.Linear(h * d, 3 * h * d)
+        self.o = nn.Linear(h * d, h * d)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).split(self.h * self.d, dim=-1)
+        heads = [z.view(b, t, self.h, self.d).transpose(1, 2) for z in (q, k, v)]
+        p = torch.softmax(heads[0] @ heads[1].transpose(-1, -2) / self.d**0.5, dim=-1)
+        return self.o((p @ heads[2]).transpose(1, 2).reshape(b, t, self.h * self.d))
+
+
+class ConvPool(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x))
+        y = nn.functional.max_pool2d(y, 3, stride=2, padding=1)
+        return self.c2(y).mean((2, 3))
+
+
+BXS = {0: "b", 1: "s"}
+
+
+def test_loop_kernel_elementwise_chain():
+    m = Elementwise()
+    cm = _compile(m, (torch.randn(2, 5), torch.randn(2, 5)), {"x": BXS, "y": BXS})
+    for shape in [(1, 1), (3, 7), (4, 33), (1, 130)]:
+        _check(cm, m, (torch.randn(*shape), torch.randn(*shape)))
+    assert cm.executor.native.lowered.counts() == {"memory_bound": 1, "library": 0}
+
+
+def test_loop_kernel_broadcast_bias_gelu():
+    m = BiasGelu()
+    cm = _compile(m, (torch.randn(2, 3, 24),), {"x": BXS})
+    for shape in [(1, 1, 24), (2, 9, 24), (5, 17, 24)]:
+        _check(cm, m, (torch.randn(*shape),))
+
+
+def test_input_fusion_reductions_leading_and_trailing_axes():
+    m = RowSum()
+    cm = _compile(m, (torch.randn(2, 3, 6),), {"x": {0: "b", 1: "s", 2: "n"}})
+    for shape in [(1, 1, 1), (2, 5, 7), (3, 1, 64), (4, 9, 1)]:
+        _check(cm, m, (torch.randn(*shape),), tol=1e-5)
+
+
+def test_stitch_layernorm_and_rmsnorm_each_one_kernel():
+    m = Norms()
+    cm = _compile(m, (torch.randn(2, 3, 40), torch.randn(2, 3, 40)), {"x": BXS, "r": BXS})
+    for shape in [(1, 1, 40), (2, 7, 40), (3, 64, 40)]:
+        _check(cm, m, (torch.randn(*shape), torch.randn(*shape)))
+    kinds = [c.step.kind for c in cm.executor.native.source.calls if isinstance(c, KernelCall)]
+    assert kinds.count("stitch") >= 1 and len(kinds) <= 2, kinds
+
+
+def test_stitch_masked_softmax_is_one_kernel():
+    m = MaskedSoftmax()
+    cm = _compile(m, (torch.randn(2, 4, 5, 5), torch.ones(2, 5)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}})
+    for b, q, k in [(1, 1, 1), (2, 3, 5), (3, 7, 33), (1, 16, 100)]:
+        _check(cm, m, (torch.randn(b, 4, q, k), (torch.rand(b, k) > 0.3).float()))
+    calls = [c for c in cm.executor.native.source.calls if isinstance(c, KernelCall)]
+    stitch = [c for c in calls if c.step.kind == "stitch"]
+    assert len(stitch) == 1
+    ops = [n.op for n in stitch[0].step.group.nodes]
+    assert ops.count("reduce") == 2 and "exp" in ops and "div" in ops  # max, exp-sum and normalise in one kernel
+    # The only other kernel prepares the additive mask once per (batch, key), not per score.
+    assert all(c.step.group.nodes[-1].shape[1:3] == (1, 1) for c in calls if c not in stitch)
+
+
+MAYBE_BROADCAST = """
+func @maybe_broadcast(%x: f32[a, n], %y: f32[c, n]) {
+  sym a in [0, inf]
+  sym n in [0, inf]
+  sym c in [0, inf]
+  %0 = dim(%x) {axis=0} : index(a)
+  %1 = dim(%x) {axis=1} : index(n)
+  %2 = broadcast_in_dim(%y, %0, %1) {dims=[0, 1]} : f32[a, n]
+  %3 = mul(%x, %2) : f32[a, n]
+  return %3
+}
+"""
+
+
+def test_broadcast_speculation_versions_both_run():
+    # y's dim 0 is 1 (a broadcast) or equal to x's: only the values at run time tell.
+    graph = parse_graph(MAYBE_BROADCAST)
+    native = build_native(graph, profile=True)
+    ex = NativeExecutor(graph, native)
+    versions = [c.kernel.versions for c in native.source.calls if isinstance(c, KernelCall)]
+    assert versions == [["no-broadcast", "general"]]
+    for rows_x, rows_y in [(4, 4), (4, 1), (1, 1), (7, 7)]:
+        x, y = torch.randn(rows_x, 9), torch.randn(rows_y, 9)
+        (out,) = ex.run([x, y])
+        torch.testing.assert_close(out, x * y)
+    (hits,) = [p["calls"] for p in ex.step_profile()]
+    assert hits["no-broadcast"] == 3 and hits["general"] == 1
+
+
+def test_movement_ops_slice_concat_pad_index_select_transpose():
+    m = Movement()
+    cm = _compile(m, (torch.randn(3, 4, 5), torch.tensor([0, 2])), {"x": {0: "a", 1: "s", 2: "n"}, "ids": {0: "k"}})
+    for a, s, n, k in [(1, 1, 1, 1), (3, 4, 5, 2), (5, 9, 3, 7)]:
+        _check(cm, m, (torch.randn(a, s, n), torch.randint(0, a, (k,))))
+
+
+def test_attention_gemms_read_heads_through_strides_and_need_no_copy_kernel():
+    m = Attention()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    for b, t in [(1, 1), (2, 5), (3, 17), (1, 64)]:
+        _check(cm, m, (torch.randn(b, t, 32),), tol=1e-4)
+    calls = cm.executor.native.source.calls
+    for c in calls:
+        if isinstance(c, KernelCall):
+            ops = {n.op for n in c.step.group.nodes}
+            assert ops != {"reshape", "transpose"} and ops != {"transpose"}, f"copy kernel {ops}"
+    text = cm.executor.native.source.text
+    assert text.count("ral->gemm(") == 4  # qkv, scores, context, output projection
+
+
+def test_convolution_and_pooling_through_the_library():
+    m = ConvPool()
+    cm = _compile(m, (torch.randn(1, 3, 16, 16),), {"x": {0: "n", 2: "h", 3: "w"}})
+    for n, h, w in [(1, 8, 8), (2, 15, 17), (3, 32, 24)]:
+        _check(cm, m, (torch.randn(n, 3, h, w),), tol=1e-4)
+    assert "ral->conv2d(" in cm.executor.native.source.text
+
+
+def test_shape_errors_from_the_generated_checks():
+    m = MaskedSoftmax()
+    cm = _compile(m, (torch.randn(2, 4, 5, 5), torch.ones(2, 5)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}})
+    with pytest.raises(disc.ShapeError):
+        cm(torch.randn(2, 4, 5, 5), torch.ones(2, 6))
+
+
+def test_one_program_called_from_many_threads_with_different_shapes():
+    m = Attention()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    shapes = [(1, 3), (2, 9), (3, 1), (4, 17), (1, 40), (2, 2)]
+    inputs = {s: torch.randn(*s, 32) for s in shapes}
+    with torch.no_grad():
+        want = {s: m(x) for s, x in inputs.items()}
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        for rep in range(6):
+            s = shapes[(k + rep) % len(shapes)]
+            got = cm(inputs[s])
+            if not torch.allclose(got, want[s], rtol=1e-4, atol=1e-5):
+                errors.append(f"thread {k} shape {s}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_identical_layers_share_kernels_and_a_second_compile_hits_the_cache():
+    from disc.models import MODELS
+
+    entry = MODELS["bert"]
+    model = entry.build()
+    args = entry.inputs(entry.export_shape)
+    first = disc.compile(model, args, dynamic=entry.dynamic, backend="native")
+    second = disc.compile(model, args, dynamic=entry.dynamic, backend="native")
+    assert second.executor.native.build.cached
+    src = first.executor.native.source
+    kernel_calls = [c for c in src.calls if isinstance(c, KernelCall)]
+    assert len(src.kernels) < len(kernel_calls)  # layers reuse the same functions
+    for shape in entry.shapes[:4]:
+        _check(first, model, entry.inputs(shape), tol=1e-4)

@@ -1,0 +1,126 @@
+"""The C++ toolchain: cache hits and misses, corrupt entries, compile errors, progress."""
+
+import ctypes
+import json
+import threading
+
+import pytest
+
+from disc.codegen.cpu import toolchain
+from disc.errors import CompileError
+
+SOURCE = 'extern "C" int disc_answer() { return %d; }\n'
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISC_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def answer(path) -> int:
+    return ctypes.CDLL(str(path)).disc_answer()
+
+
+def test_miss_then_hit(cache, monkeypatch):
+    first = toolchain.build(SOURCE % 1, "answer")
+    assert not first.cached and first.path.is_file() and first.path.parent.parent == cache
+    assert first.source_path.read_text() == SOURCE % 1  # readable source kept next to the library
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("the compiler ran on a cache hit")
+
+    monkeypatch.setattr(toolchain, "_compile", no_compiler)
+    second = toolchain.build(SOURCE % 1, "answer")
+    assert second.cached and second.path == first.path and second.key == first.key
+    assert answer(second.path) == 1
+    assert toolchain.build_shared(SOURCE % 1, "answer") == first.path
+
+
+def test_key_covers_source_and_flags():
+    base = toolchain.build(SOURCE % 2, "answer")
+    assert toolchain.build(SOURCE % 3, "answer").key != base.key
+    assert toolchain.build(SOURCE % 2, "answer", flags=["-DX=1"]).key != base.key
+    assert toolchain.build(SOURCE % 2, "answer", libs=["-lm"]).key != base.key
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "sidecar", "no_sidecar"])
+def test_corrupt_entry_is_rebuilt(damage):
+    built = toolchain.build(SOURCE % 4, "answer")
+    sidecar = built.path.with_name(built.path.name + ".json")
+    if damage == "garbage":
+        built.path.write_bytes(b"\x7fELF" + b"garbage" * 100)
+    elif damage == "truncated":
+        built.path.write_bytes(built.path.read_bytes()[:200])
+    elif damage == "sidecar":
+        meta = json.loads(sidecar.read_text())
+        sidecar.write_text(json.dumps({**meta, "sha256": "0" * 64}))
+    else:
+        sidecar.unlink()
+    again = toolchain.build(SOURCE % 4, "answer")
+    assert not again.cached and again.path == built.path
+    assert toolchain.build(SOURCE % 4, "answer").cached
+    # Loaded only now, after the rebuild (dlopen would reuse an already-loaded path).
+    assert answer(again.path) == 4
+
+
+def test_elf_check_rejects_non_libraries():
+    assert not toolchain._is_shared_elf(b"not an elf" * 10)
+    good = toolchain.build(SOURCE % 5, "answer").path.read_bytes()
+    assert toolchain._is_shared_elf(good)
+    assert not toolchain._is_shared_elf(good[:16] + (2).to_bytes(2, "little") + good[18:])  # ET_EXEC
+
+
+def test_compile_error_names_the_source():
+    with pytest.raises(CompileError) as info:
+        toolchain.build('extern "C" int broken( { return; }\n', "broken")
+    message = str(info.value)
+    assert "broken.cc" in message and "error" in message
+    source = message.split("source: ", 1)[1].split("\n", 1)[0]
+    assert "int broken(" in open(source).read()
+
+
+def test_slow_compiles_report_progress(monkeypatch):
+    monkeypatch.setattr(toolchain, "SLOW_COMPILE_S", 0.0)
+    seen: list[str] = []
+    toolchain.build(SOURCE % 6 + "\n// two more lines\n", "slow", progress=seen.append)
+    assert seen[0].startswith("disc: compiling slow (") and seen[0].endswith(" lines)...")
+    assert seen[1].startswith("disc: compiled slow in ")
+
+
+def test_concurrent_builds_of_one_source():
+    results, errors = [], []
+
+    def worker() -> None:
+        try:
+            results.append(toolchain.build(SOURCE % 7, "shared"))
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len({r.path for r in results}) == 1
+    assert toolchain.build(SOURCE % 7, "shared").cached
+    assert answer(results[0].path) == 7
+    assert not [p for p in results[0].path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_compiler_selection(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler-disc")
+    with pytest.raises(CompileError, match="CXX"):
+        toolchain.find_compiler()
+    monkeypatch.delenv("CXX")
+    assert toolchain.find_compiler()
+
+
+def test_dnnl_can_be_disabled(monkeypatch):
+    monkeypatch.setenv("DISC_NO_DNNL", "1")
+    assert toolchain.have_dnnl() is False
+    monkeypatch.delenv("DISC_NO_DNNL")
+    if not toolchain.DNNL_HEADER.is_file() and toolchain.dnnl_root() is None:
+        assert toolchain.have_dnnl() is False
+    else:  # headers present: True exactly when the link probe builds
+        assert toolchain.have_dnnl() is toolchain._dnnl_links(str(toolchain.dnnl_root() or ""))

@@ -1,0 +1,276 @@
+"""The CPU RAL (ral_cpu.cc) against torch: strided batched GEMM, conv2d, errors, threads.
+
+Every test runs on both builds: oneDNN (skipped where it is not installed) and the builtin
+fallbacks (always available).
+"""
+
+import ctypes
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from disc.codegen.cpu import toolchain
+from disc.errors import CompileError, RuntimeFailure
+from disc.runtime import ral as ral_mod
+from disc.runtime.ral import Conv2dArgs, Ctx, GemmArgs, RalTable, load_ral
+
+VARIANTS = [
+    pytest.param("dnnl", marks=pytest.mark.skipif(not toolchain.have_dnnl(), reason="oneDNN not installed")),
+    "builtin",
+]
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def ral(request):
+    return load_ral(request.param)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    if ref.numel() == 0:
+        return 0.0
+    return float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1.0))
+
+
+def ref_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(a.double(), b.double())
+
+
+def test_library_name(ral):
+    if ral.path.name.startswith("ral_cpu_builtin"):
+        assert ral.gemm_library == "builtin"
+    else:
+        assert ral.gemm_library.startswith("oneDNN 2.")
+    assert ral.table == ctypes.cast(ctypes.pointer(ral.functions), ctypes.c_void_p).value
+
+
+def test_ctypes_layout_matches_the_header():
+    # Offsets and sizes as the C compiler sees them, against the ctypes mirrors.
+    structs = {"disc_ral_ctx": Ctx, "disc_gemm_args": GemmArgs, "disc_conv2d_args": Conv2dArgs, "disc_ral": RalTable}
+    lines = ["#include <stddef.h>", '#include "ral.h"', 'extern "C" long long disc_layout(int i) {', "  const long long v[] = {"]
+    expected = []
+    for cname, py in structs.items():
+        lines.append(f"    (long long)sizeof({cname}),")
+        expected.append(ctypes.sizeof(py))
+        for field, *_ in py._fields_:
+            lines.append(f"    (long long)offsetof({cname}, {field}),")
+            expected.append(getattr(py, field).offset)
+    lines += ["  };", "  return v[i];", "}"]
+    lib = ctypes.CDLL(str(toolchain.build_shared("\n".join(lines), "ral_layout")))
+    lib.disc_layout.restype = ctypes.c_longlong
+    assert [lib.disc_layout(i) for i in range(len(expected))] == expected
+
+
+def _operand(rows: int, cols: int, how: str) -> torch.Tensor:
+    """A rows x cols view with the requested strides."""
+    if how == "n":
+        return torch.randn(rows, cols)
+    if how == "t":
+        return torch.randn(cols, rows).t()
+    if how == "gap":  # no unit stride: every other column of a wider buffer
+        return torch.randn(rows, 2 * cols + 1)[:, : 2 * cols : 2]
+    if how == "row0":  # stride 0 along rows (one row repeated)
+        return torch.randn(1, cols).expand(rows, cols)
+    if how == "col0":
+        return torch.randn(rows, 1).expand(rows, cols)
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("m", [0, 1, 2, 17])
+@pytest.mark.parametrize("n", [0, 1, 3, 33])
+@pytest.mark.parametrize("k", [0, 1, 5, 64])
+def test_gemm_small_and_degenerate(ral, m, n, k):
+    for ha in ("n", "t"):
+        for hb in ("n", "t"):
+            a, b = _operand(m, k, ha), _operand(k, n, hb)
+            assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4, (ha, hb)
+
+
+@pytest.mark.parametrize("ha", ["n", "t", "gap", "row0", "col0"])
+@pytest.mark.parametrize("hb", ["n", "t", "gap", "row0", "col0"])
+def test_gemm_strides(ral, ha, hb):
+    a, b = _operand(37, 300, ha), _operand(300, 45, hb)  # k > one depth block of the builtin
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4
+
+
+@pytest.mark.parametrize("mnk", [(200, 600, 70), (1, 700, 513), (300, 1, 40), (96, 64, 1)])
+def test_gemm_larger(ral, mnk):
+    m, n, k = mnk
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4
+
+
+def test_gemm_degenerate_strides_are_ignored(ral):
+    # Strides of size-1 dims are arbitrary (here 0 and huge); oneDNN would reject them as ld.
+    a = torch.randn(1, 8).as_strided((1, 8), (0, 1))
+    b = torch.randn(8, 1).as_strided((8, 1), (1, 12345))
+    out = torch.randn(1, 1).as_strided((1, 1), (0, 7))
+    ral.gemm(a, b, out)
+    assert rel_err(out, ref_mm(a, b)) <= 1e-4
+    a = torch.randn(5, 1).as_strided((5, 1), (1, 0))  # k == 1 with column stride 0
+    b = torch.randn(1, 6).as_strided((1, 6), (0, 1))
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4
+
+
+def test_gemm_alpha_beta(ral):
+    a, b = torch.randn(9, 20).t(), torch.randn(9, 11)  # a: 20 x 9 transposed view
+    c0 = torch.randn(20, 11)
+    out = c0.clone()
+    ral.gemm(a, b, out, beta=1.0)
+    assert rel_err(out, ref_mm(a, b) + c0.double()) <= 1e-4
+    out = c0.clone()
+    ral.gemm(a, b, out, alpha=0.5, beta=-2.0)
+    assert rel_err(out, 0.5 * ref_mm(a, b) - 2 * c0.double()) <= 1e-4
+    out = torch.full((20, 11), float("nan"))
+    ral.gemm(a, b, out, beta=0.0)  # beta == 0 overwrites, NaNs included
+    assert rel_err(out, ref_mm(a, b)) <= 1e-4
+    out = c0.clone()
+    ral.gemm(torch.randn(20, 0), torch.randn(0, 11), out, beta=3.0)  # k == 0: C = beta * C
+    assert torch.allclose(out, 3 * c0)
+
+
+@pytest.mark.parametrize("bsh", [(2, 3, 13, 8), (1, 12, 16, 64)])
+def test_gemm_attention_views(ral, bsh):
+    B, h, S, D = bsh
+    qkv = torch.randn(B, S, 3 * h * D)
+    q, k, v = (t.view(B, S, h, D).transpose(1, 2) for t in qkv.split(h * D, dim=-1))  # [B, h, S, D] strided
+    scores = ral.gemm(q, k.transpose(-1, -2), alpha=D**-0.5)
+    assert rel_err(scores, ref_mm(q, k.transpose(-1, -2)) * D**-0.5) <= 1e-4
+    p = torch.softmax(scores, dim=-1)
+    ctx_buf = torch.zeros(B, S, h * D)
+    out = ctx_buf.view(B, S, h, D).transpose(1, 2)  # written in place into the [B, S, h*D] layout
+    ral.gemm(p, v, out)
+    assert rel_err(ctx_buf, ref_mm(p, v).transpose(1, 2).reshape(B, S, h * D)) <= 1e-4
+
+
+def test_gemm_batch_broadcast(ral):
+    a, b = torch.randn(4, 7, 10, 6), torch.randn(6, 5)  # shared B: folded into one taller GEMM
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4
+    a, b = torch.randn(2, 1, 3, 4), torch.randn(5, 4, 6)  # batch dims broadcast both ways
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4
+    a, b = torch.randn(64, 8, 16), torch.randn(64, 16, 8).transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4  # many small GEMMs: parallel over the batch
+    a, b = torch.randn(3, 0, 4), torch.randn(3, 4, 2)
+    assert ral.gemm(a, b).shape == (3, 0, 2)
+    assert ral.gemm(torch.randn(0, 2, 4), torch.randn(4, 3)).shape == (0, 2, 3)
+
+
+def test_gemm_errors_are_reported(ral):
+    a, b = torch.randn(2, 3), torch.randn(3, 2)
+    out = torch.empty(2, 2)
+    args = GemmArgs(m=2, n=2, k=3, batch_rank=0, alpha=1.0, beta=0.0)
+    args.a, args.a_rs, args.a_cs = a.data_ptr(), 3, 1
+    args.b, args.b_rs, args.b_cs = b.data_ptr(), 2, 1
+    args.c, args.c_rs = out.data_ptr(), 0  # overlapping rows of C
+    with pytest.raises(RuntimeFailure, match="C rows overlap"):
+        ral.call_gemm(args)
+    args.c_rs, args.batch_rank = 2, 7
+    with pytest.raises(RuntimeFailure, match="batch_rank"):
+        ral.call_gemm(args)
+
+
+def _pad4(p):
+    if isinstance(p, int):
+        return (p, p, p, p)
+    return (p[0], p[0], p[1], p[1]) if len(p) == 2 else tuple(p)
+
+
+# n, ci, h, w, co, (kh, kw), stride, padding (int | (h, w) | (top, bottom, left, right)), dilation, groups
+CONV_CASES = [
+    (2, 3, 11, 13, 8, (3, 3), 1, 1, 1, 1),
+    (1, 4, 9, 9, 6, (3, 3), 2, 0, 1, 1),
+    (2, 8, 10, 7, 8, (3, 3), 1, 1, 1, 8),  # depthwise
+    (1, 8, 12, 12, 12, (3, 5), (2, 1), (1, 2), (2, 1), 4),
+    (3, 16, 5, 6, 32, (1, 1), 1, 0, 1, 1),
+    (1, 16, 9, 9, 24, (1, 1), 2, 0, 1, 1),  # strided 1x1 (ResNet downsample)
+    (1, 4, 1, 1, 5, (1, 1), 1, 0, 1, 1),  # 1x1 spatial
+    (1, 3, 1, 8, 4, (3, 3), 1, 1, 1, 1),  # H == 1 with padding
+    (2, 3, 15, 15, 16, (7, 7), 2, 3, 1, 1),  # ResNet stem
+    (1, 4, 8, 9, 4, (3, 3), 1, (0, 2, 1, 0), 1, 1),  # asymmetric padding
+    (1, 4, 8, 8, 6, (3, 3), 2, (1, 0, 0, 1), 2, 2),  # asymmetric + dilation + groups
+    (1, 32, 14, 14, 32, (3, 3), 1, 2, 2, 32),  # dilated depthwise
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=range(len(CONV_CASES)))
+def test_conv2d(ral, case):
+    n, ci, h, w, co, (kh, kw), stride, padding, dilation, groups = case
+    x, wt = torch.randn(n, ci, h, w), torch.randn(co, ci // groups, kh, kw)
+    top, bottom, left, right = _pad4(padding)
+    ref = F.conv2d(F.pad(x.double(), (left, right, top, bottom)), wt.double(), None, stride, 0, dilation, groups)
+    for constant in (False, True):
+        out = ral.conv2d(x, wt, stride, padding, dilation, groups, weight_is_constant=constant)
+        assert out.shape == ref.shape
+        assert rel_err(out, ref) <= 1e-4
+
+
+def test_conv2d_constant_weight_cache(ral):
+    x, wt = torch.randn(2, 16, 10, 10), torch.randn(32, 16, 3, 3)
+    before = ral.cache_entries()["packed_weights"]
+    first = ral.conv2d(x, wt, 1, 1, weight_is_constant=True)
+    after_first = ral.cache_entries()["packed_weights"]
+    second = ral.conv2d(x, wt, 1, 1, weight_is_constant=True)
+    assert ral.cache_entries()["packed_weights"] == after_first  # a hit: nothing new packed
+    assert after_first - before in (0, 1)  # 1 when oneDNN wants a blocked weight format
+    assert torch.equal(first, second)
+    assert rel_err(first, F.conv2d(x.double(), wt.double(), None, 1, 1)) <= 1e-4
+    ral.conv2d(torch.randn(1, 16, 12, 9), wt, 1, 1, weight_is_constant=True)  # another input shape
+    assert ral.cache_entries()["packed_weights"] - after_first <= 1  # shares the copy when the layout matches
+    wt.mul_(-2.0)  # breaks the constant contract; the sampled-values guard repacks
+    third = ral.conv2d(x, wt, 1, 1, weight_is_constant=True)
+    assert rel_err(third, F.conv2d(x.double(), wt.double(), None, 1, 1)) <= 1e-4
+
+
+def test_conv2d_empty_and_errors(ral):
+    assert ral.conv2d(torch.randn(0, 3, 5, 5), torch.randn(4, 3, 3, 3)).shape == (0, 4, 3, 3)
+    out = ral.conv2d(torch.randn(2, 0, 5, 5), torch.randn(4, 0, 3, 3))
+    assert out.shape == (2, 4, 3, 3) and not out.any()
+    x, wt = torch.randn(1, 3, 5, 5), torch.randn(4, 3, 3, 3)
+    y = torch.empty(1, 4, 9, 9)
+    args = Conv2dArgs(n=1, ci=3, h=5, w=5, co=4, kh=3, kw=3, oh=9, ow=9, groups=1)  # wrong output extent
+    args.stride[:], args.dilation[:] = (1, 1), (1, 1)
+    args.input, args.weight, args.output = x.data_ptr(), wt.data_ptr(), y.data_ptr()
+    with pytest.raises(RuntimeFailure, match="output extent"):
+        ral.call_conv2d(args)
+    args.oh, args.ow, args.groups = 3, 3, 2
+    with pytest.raises(RuntimeFailure, match="groups"):
+        ral.call_conv2d(args)
+
+
+def test_concurrent_calls(ral):
+    # Four threads, each with its own shapes, mixing conv2d (shared primitive and weight caches)
+    # and gemm; ctypes releases the GIL, so the calls really overlap.
+    errors: list[str] = []
+
+    def worker(tid: int) -> None:
+        try:
+            torch.manual_seed(tid)
+            wt = torch.randn(8 + 4 * tid, 6, 3, 3)
+            for it in range(6):
+                x = torch.randn(1 + it % 2, 6, 9 + tid, 11)
+                out = ral.conv2d(x, wt, 1 + tid % 2, 1, weight_is_constant=True)
+                ref = F.conv2d(x.double(), wt.double(), None, 1 + tid % 2, 1)
+                if rel_err(out, ref) > 1e-4:
+                    errors.append(f"conv thread {tid} iter {it}")
+                a, b = torch.randn(3, 20 + tid, 30 + it), torch.randn(30 + it, 40 - tid).t().contiguous().t()
+                if rel_err(ral.gemm(a, b), ref_mm(a, b)) > 1e-4:
+                    errors.append(f"gemm thread {tid} iter {it}")
+        except Exception as e:  # surfaced below: an exception in a thread would otherwise vanish
+            errors.append(f"thread {tid}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_without_dnnl_the_builtin_is_selected(monkeypatch):
+    monkeypatch.setenv("DISC_NO_DNNL", "1")
+    assert not toolchain.have_dnnl()
+    assert load_ral().gemm_library == "builtin"
+    with pytest.raises(CompileError, match="oneDNN"):
+        load_ral("dnnl")
+    assert ral_mod.build_ral("auto").path.name == "ral_cpu_builtin.so"
