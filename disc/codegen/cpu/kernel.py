@@ -486,9 +486,16 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
             acc = em.fresh("acc")
             em.w(f"{t_of[r]} {acc} = {init.format(t=t_of[r])};")
             em.accs[r] = (acc, row_of[r])
+        # max/min vectorise as plain compare-selects plus a NaN flag: torch propagates NaN, the
+        # hardware max does not, so a row that saw a NaN gets NaN after the loop.
+        nan_flags = {r: em.fresh("nan") for r in batch if r.attrs["kind"] in ("max", "min") and r.dtype in ("f32", "f64")}
+        for flag in nan_flags.values():
+            em.w(f"bool {flag} = false;")
         simd = [f"{SIMD_REDUCTION[r.attrs['kind']]}:{em.accs[r][0]}" for r in batch if r.attrs["kind"] in SIMD_REDUCTION]
-        if len(simd) == len(batch):
-            em.w(f"#pragma omp simd reduction({', '.join(simd)})")
+        simd += [f"{r.attrs['kind']}:{em.accs[r][0]}" for r in nan_flags]
+        simd += [f"|:{flag}" for flag in nan_flags.values()]
+        if len(simd) == len(batch) + len(nan_flags):
+            em.w("#pragma omp simd " + " ".join(f"reduction({clause})" for clause in simd))
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         em.scopes.append({})
@@ -498,11 +505,19 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
             del em.accs[r]  # inside its own pass the reduction is not yet a value
         for r in batch:
             x = em.value(r.inputs[0], idx)
-            em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=pending[r][0], x=x) + ";")
+            acc = pending[r][0]
+            if r in nan_flags:
+                cmp = ">" if r.attrs["kind"] == "max" else "<"
+                em.w(f"{acc} = {x} {cmp} {acc} ? {x} : {acc};")
+                em.w(f"{nan_flags[r]} |= {x} != {x};")
+            else:
+                em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=acc, x=x) + ";")
         em.accs = pending
         em.scopes.pop()
         em.w.depth -= 1
         em.w("}")
+        for r, flag in nan_flags.items():
+            em.w(f"if ({flag}) {pending[r][0]} = std::numeric_limits<{t_of[r]}>::quiet_NaN();")
     row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
     full_outputs = [o for o in step.outputs if o not in row_outputs]
     for i, o in enumerate(step.outputs):
