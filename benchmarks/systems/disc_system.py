@@ -21,7 +21,8 @@ class DiscRunner(Runner):
 
     def profile(self, args: tuple) -> dict[str, Any]:
         p = self.cm.profile(*args)
-        return {"kernels": dict(p.kernels), "workspace_bytes": p.workspace_bytes, "executor": "reference"}
+        backend = self.cm.report.backend
+        return {"kernels": dict(p.kernels), "workspace_bytes": p.workspace_bytes, "executor": backend.name if backend else "reference"}
 
 
 class Disc(System):
@@ -32,7 +33,7 @@ class Disc(System):
 register(
     Disc(
         "disc",
-        "disc.compile, dynamic dims from the workload (reference executor until the CPU backend lands)",
-        cache_note="no persistent cache yet: a warm start compiles again",
+        "disc.compile, dynamic dims from the workload: the native CPU program (the reference executor where a graph has no native form)",
+        cache_note="the generated C++ is cached on disk (~/.cache/disc): a warm start captures and lowers again but skips the C++ compiler",
     )
 )
