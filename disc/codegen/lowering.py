@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from disc.fusion.plan import FusionGroup, plan_fusion
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import BROADCAST, get_spec, kernel_kind
+from disc.ir.registry import BROADCAST, get_spec
 from disc.ir.types import IndexType
 from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, SymExpr, as_expr
@@ -108,13 +108,6 @@ class LoweredProgram:
         for s in self.steps:
             out["library" if isinstance(s, LibraryStep) else "memory_bound"] += 1
         return out
-
-
-def numel(shape: tuple[DimLike, ...]) -> SymExpr:
-    out = SymExpr.const(1)
-    for d in shape:
-        out = out * as_expr(d)
-    return out
 
 
 def contiguous_strides(shape: tuple[DimLike, ...]) -> tuple[SymExpr, ...]:
@@ -414,7 +407,7 @@ class _Lowering:
             for n in outs:
                 if n in location:
                     continue
-                size = self.c.normalize(numel(n.shape) * ELEMENT_BYTES[n.dtype])
+                size = self.c.normalize(n.tensor_type.numel() * ELEMENT_BYTES[n.dtype])
                 chosen = None
                 for s, slot in enumerate(slots):
                     # Free before this step starts (a kernel never writes a buffer it reads).
@@ -451,13 +444,13 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
             i += 1
             continue
         merged = False
+        made = {n: k for k, s in enumerate(steps) for n in (s.outputs if isinstance(s, KernelStep) else [s.writes])}
         for j in range(i + 1, len(steps)):
             b = steps[j]
             if not (isinstance(b, KernelStep) and b.kind == "loop"):
                 continue
             if not c.prove_same_shape(a.group.nodes[-1].shape, b.group.nodes[-1].shape):
                 continue
-            made = {n: k for k, s in enumerate(steps) for n in (s.outputs if isinstance(s, KernelStep) else [s.writes])}
             at = max([i] + [made[x] + 1 for x in b.inputs if x in made])
             if any(made.get(x) == i for x in b.inputs):
                 continue  # b reads a's results: not siblings
@@ -483,7 +476,3 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
 def lower(g: Graph) -> LoweredProgram:
     """Fusion plan, folded views and buffer plan of ``g``; raises ``Unsupported`` with the reason."""
     return _Lowering(g).run()
-
-
-def is_tensor_op(n: Node) -> bool:
-    return kernel_kind(n.op, n.type) is not None

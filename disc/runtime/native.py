@@ -79,8 +79,8 @@ class NativeExecutor:
         self._out_meta = [(len(o.shape), DTYPES[o.dtype]) for o in lp.output_buffers]
         self._out_specs = lp.outputs
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        inputs = [t.contiguous() for t in inputs]
+    def _plan(self, inputs: Sequence[torch.Tensor]):
+        """Input dims for the native calls, output dims and workspace bytes (``disc_shapes``)."""
         dims_list = [int(d) for t in inputs for d in t.shape]
         dims = (ctypes.c_int64 * max(len(dims_list), 1))(*dims_list)
         ctx = self.ral.Ctx()
@@ -89,14 +89,20 @@ class NativeExecutor:
         rc = self._shapes(dims, out_dims, ctypes.byref(ws_bytes), ctypes.byref(ctx))
         if rc:
             self._raise(rc, ctx)
+        return dims, out_dims, ws_bytes.value
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        inputs = [t.contiguous() for t in inputs]
+        dims, out_dims, ws_bytes = self._plan(inputs)
         outs, pos = [], 0
         for rank, dtype in self._out_meta:
             outs.append(torch.empty(tuple(out_dims[pos : pos + rank]), dtype=dtype))
             pos += rank
-        workspace = torch.empty(max(ws_bytes.value, 1) + 64, dtype=torch.uint8)
+        workspace = torch.empty(max(ws_bytes, 1) + 64, dtype=torch.uint8)
         ws_ptr = (workspace.data_ptr() + 63) & ~63
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[t.data_ptr() for t in inputs])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[t.data_ptr() for t in outs])
+        ctx = self.ral.Ctx()
         rc = self._run(self.ral.table, ctypes.byref(ctx), dims, in_ptrs, self._const_ptrs, out_ptrs, ws_ptr)
         if rc:
             self._raise(rc, ctx)
@@ -106,14 +112,9 @@ class NativeExecutor:
         """Kernels launched per call (memory-bound, library) and the workspace bytes at these inputs."""
         self.run(inputs)
         counts = self.native.lowered.counts()
-        dims_list = [int(d) for t in inputs for d in t.shape]
-        dims = (ctypes.c_int64 * max(len(dims_list), 1))(*dims_list)
-        out_dims = (ctypes.c_int64 * max(sum(r for r, _ in self._out_meta), 1))()
-        ws_bytes = ctypes.c_int64(0)
-        ctx = self.ral.Ctx()
-        self._shapes(dims, out_dims, ctypes.byref(ws_bytes), ctypes.byref(ctx))
+        _, _, ws_bytes = self._plan(inputs)
         kernels = {"memory_bound": counts["memory_bound"], "library": counts["library"], "fallback": 0}
-        return ExecutionProfile(kernels=kernels, workspace_bytes=ws_bytes.value)
+        return ExecutionProfile(kernels=kernels, workspace_bytes=ws_bytes)
 
     def _output(self, spec, outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
         kind, where = spec

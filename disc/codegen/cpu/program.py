@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.kernel import KernelSource, emit_kernel
 from disc.codegen.cpu.ops import C_TYPES, PRELUDE
-from disc.codegen.lowering import ELEMENT_BYTES, KernelStep, LibraryStep, LoweredProgram, Unsupported, View
+from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, contiguous_strides
 from disc.ir.graph import Node
 from disc.ir.types import IndexType
 from disc.shape.expr import SymExpr, as_expr
@@ -214,7 +214,7 @@ class _ProgramEmitter:
         k, a_cs = self._merge(lhs, lc, f"%{n.name} lhs contraction")
         _, b_rs = self._merge(rhs, rc, f"%{n.name} rhs contraction")
         nn, b_cs = self._merge(rhs, rfree, f"%{n.name} rhs columns")
-        out = step.result or View(n, n.shape, tuple(_contiguous(n.shape)))
+        out = step.result or View(n, n.shape, contiguous_strides(n.shape))
         out_strides = out.strides
         rows = list(range(len(lb), len(lb) + len(lfree)))
         c_rs = self._merge(out, rows, f"%{n.name} result rows")[1] if lfree else nn
@@ -387,24 +387,6 @@ def _check_cond(op: str, lhs: str, rhs: str) -> str:
     return f"{lhs} {op} {rhs}"
 
 
-def _contiguous(shape) -> list[SymExpr]:
-    out, acc = [], SymExpr.const(1)
-    for d in reversed(shape):
-        out.append(acc)
-        acc = acc * as_expr(d)
-    return list(reversed(out))
-
-
 def emit_program(lp: LoweredProgram) -> NativeSource:
     """C++ source of the whole program (kernels, shape code, host flow)."""
     return _ProgramEmitter(lp).emit()
-
-
-def workspace_bytes_expr(lp: LoweredProgram) -> SymExpr:
-    total = SymExpr.const(0)
-    for slot in lp.slots:
-        total = total + slot.size
-    return total
-
-
-__all__ = ["ELEMENT_BYTES", "NativeSource", "emit_program"]
