@@ -250,6 +250,25 @@ def test_one_program_called_from_many_threads_with_different_shapes():
     assert not errors
 
 
+def test_workspace_is_kept_per_thread_and_grows_only_when_needed():
+    m = Attention()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    ex = cm.executor
+    small, big = torch.randn(1, 3, 32), torch.randn(3, 40, 32)
+    _check(cm, m, (big,), tol=1e-4)
+    kept = ex._local.workspace
+    _check(cm, m, (small,), tol=1e-4)  # a smaller call reuses the bigger buffer
+    assert ex._local.workspace is kept
+    seen: list[object] = []
+    t = threading.Thread(target=lambda: (cm(small), seen.append(ex._local.workspace)))
+    t.start()
+    t.join()
+    assert seen[0] is not kept  # another thread never shares this thread's workspace
+    ex.release_workspace()
+    assert ex._local.workspace is None
+    _check(cm, m, (big,), tol=1e-4)
+
+
 def test_identical_layers_share_kernels_and_a_second_compile_hits_the_cache():
     from disc.models import MODELS
 

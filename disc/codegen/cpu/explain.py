@@ -29,9 +29,10 @@ def describe_native(native: Any) -> list[str]:
         seen.add(call.kernel.name)
         uses = sum(1 for c in src.calls if isinstance(c, KernelCall) and c.kernel.name == call.kernel.name)
         ops = ", ".join(n.op for n in call.step.group.nodes)
-        versions = " | ".join(call.kernel.versions)
-        cond = f" when {call.kernel.predicate}" if call.kernel.predicate else ""
-        lines.append(f"  {call.kernel.name} x{uses}: [{ops}]  versions: {versions}{cond}")
+        lines.append(f"  {call.kernel.name} x{uses}: [{ops}]")
+        if len(call.kernel.versions) > 1:
+            for label, cond in zip(call.kernel.versions, call.kernel.conditions):
+                lines.append(f"    version {label}: when {cond}")
     lines += ["", "-- memory plan (workspace carved into slots; equal-size buffers with disjoint lifetimes share) --"]
     lines.append(f"  workspace bytes = {src.workspace_expr} (each slot aligned to 64 B)")
     for k, slot in enumerate(lp.slots):

@@ -16,10 +16,16 @@ Schedules:
   reduction (LayerNorm: mean, then variance), then one pass writing the
   outputs, so the row is re-read from cache, never written in between.
 
-Speculation: where a broadcast may or may not happen at run time (a dim that
-may be 1), the kernel is generated twice, once assuming no broadcast
-(contiguous, vectorisable loads) and once general, and the version is picked
-per call from the actual dims. Tiny work runs on one thread (OpenMP ``if``).
+Speculation: a kernel may be generated in several versions, each with a
+C++ condition over the run-time dims; the first whose condition holds runs.
+- broadcast: where a broadcast may or may not happen (a dim that may be 1),
+  a version assuming no broadcast (contiguous, vectorisable loads);
+- reduction schedule by row length: rows that fit a per-thread row cache
+  (``ROW_CACHE_MAX``) keep each computed reduction operand there, so later
+  passes read it instead of recomputing it (softmax computes exp once); few
+  long rows split each pass across threads instead of giving one row to one
+  thread; otherwise passes recompute their operands;
+- tiny work runs on one thread (OpenMP ``if``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import IndexType
 
 PARALLEL_MIN_ELEMENTS = 32768  # below this a parallel region costs more than it saves
+ROW_CACHE_MAX = 8192  # elements per cached row: a few of them fit L1/L2 and the stack of a worker thread
+ROW_CACHE_BUFFERS = 3  # reduction operands cached per row, at most
+MAX_VERSIONS = 8  # per kernel; the profiling counters reserve this many slots a step
+SPLIT_ROW_MIN = 32768  # a row this long is worth a parallel region of its own when rows are too few
 
 
 @dataclass
@@ -48,10 +58,14 @@ class Idx:
 @dataclass
 class KernelSource:
     name: str
-    text: str  # the C++ function
+    text: str  # the C++ functions, one per version
     versions: list[str]  # speculation versions, e.g. ["no-broadcast", "general"]
-    predicate: str | None  # C++ condition (over s.) choosing versions[0]; None: one version
+    conditions: list[str]  # per version, the C++ condition (over s.) under which it may run; the last is "true"
     params: list[Node] = field(default_factory=list)  # buffers in parameter order: outputs, then inputs
+
+    def function(self, k: int) -> str:
+        """The C++ name of version ``k``."""
+        return self.name if len(self.versions) == 1 else f"{self.name}_v{k}"
 
 
 class _Writer:
@@ -83,6 +97,10 @@ class _Emitter:
         self.maybe_broadcast = False  # did any broadcast need a run-time decision?
         self.delinearized = False
         self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
+        self.row_cache: dict[Node, str] = {}  # value -> per-row buffer holding it at every j of the row
+        self.pass_dims: tuple[str, ...] | None = None  # the index of the row pass being emitted
+        self.rows = self.cols = ""  # reduction kernels: the C++ row count and row length
+        self.cached: list[Node] = []  # reduction kernels: the values kept in row caches
 
     # -- small helpers --------------------------------------------------------
     def dim(self, d) -> str:
@@ -149,7 +167,9 @@ class _Emitter:
         got = self.memo_get(key)
         if got is not None:
             return got
-        if n not in self.members:
+        if n in self.row_cache and idx.dims is not None and idx.dims == self.pass_dims:
+            expr = f"{self.row_cache[n]}[j]"
+        elif n not in self.members:
             if n not in self.buffers:
                 raise Unsupported(f"%{n.name} is read by a kernel but has no buffer")
             expr = f"{self.buffers[n]}[{self.linear_of(idx)}]"
@@ -358,7 +378,7 @@ class _Emitter:
 
 def _atomic(expr: str) -> str:
     """``expr`` safe as an operand of ``*``, ``/`` or ``%``."""
-    if expr.isidentifier() or expr.lstrip("-").isdigit():
+    if expr.replace(".", "_").isidentifier() or expr.lstrip("-").isdigit():
         return expr
     depth = 0
     for k, ch in enumerate(expr):  # already one parenthesised group (or a call)?
@@ -433,7 +453,31 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
         em.w(f"out{i}[{em.linear_of(at)}] = {v};")
 
 
-def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emitter:
+# OpenMP reduction identifiers, for splitting a row across threads (every kind has one).
+_OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+
+
+def _cacheable(n: Node, em: _Emitter) -> bool:
+    """Is ``n`` computed by the kernel (not a plain load), so that keeping it in a row cache saves work?"""
+    return n in em.members and (n.op in UNARY or n.op in BINARY or n.op in ("select", "reduce_window"))
+
+
+def _reads(roots: list[Node], target: Node, em: _Emitter) -> bool:
+    """Does computing ``roots`` in a row pass read ``target``? (Reductions are finished values: not entered.)"""
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n is target:
+            return True
+        if n in seen or n not in em.members or n.op == "reduce":
+            continue
+        seen.add(n)
+        stack.extend(n.inputs)
+    return False
+
+
+def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule: str = "recompute") -> _Emitter:
+    """Rows x reduced elements; ``schedule`` is "recompute", "row-cached" or "split-row" (see the module doc)."""
     em = _Emitter(step, names, assume)
     reductions = [n for n in step.group.nodes if n.op == "reduce"]
     first = reductions[0]
@@ -446,8 +490,12 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
     shape = em.shape(domain)
     outer_axes = [k for k in range(len(shape)) if k not in rdims]
     trailing = list(rdims) == list(range(len(shape) - len(rdims), len(shape)))
-    em.w(f"const int64_t rows = {c_product([shape[k] for k in outer_axes])}, cols = {c_product([shape[k] for k in rdims])};")
-    em.w(_parallel("rows * cols"))
+    em.rows = c_product([shape[k] for k in outer_axes])
+    em.cols = c_product([shape[k] for k in rdims])
+    split = schedule == "split-row"
+    em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
+    if not split:
+        em.w(_parallel("rows * cols"))
     em.w("for (int64_t r = 0; r < rows; ++r) {")
     em.w.depth += 1
     outer = em.dims_of(Idx(tuple(shape[k] for k in outer_axes), None, "r"))
@@ -468,7 +516,9 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
         dims, it_o, it_i = [], iter(outer), iter(inner)
         for k in range(len(shape)):
             dims.append(next(it_i) if k in rdims else next(it_o))
-        return Idx(shape, tuple(dims), "r * cols + j" if trailing else None)
+        idx = Idx(shape, tuple(dims), "r * cols + j" if trailing else None)
+        em.pass_dims = idx.dims
+        return idx
 
     level: dict[Node, int] = {}
     for n in step.group.nodes:  # program order: operands first
@@ -477,8 +527,24 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
             level[n] = 1 + max(below, default=0)
         elif below:
             level[n] = max(below)
+    last_level = max(level[r] for r in reductions)
+    # Row cache: each computed operand of a reduction that a later pass reads again.
+    to_cache: dict[Node, str] = {}
+    if schedule == "row-cached":
+        size = em.cols if em.cols.isdigit() else str(ROW_CACHE_MAX)
+        full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
+        for r in reductions:
+            x = r.inputs[0]
+            later = [q.inputs[0] for q in reductions if level[q] > level[r]] + full_outputs
+            if _cacheable(x, em) and x not in to_cache and len(to_cache) < ROW_CACHE_BUFFERS and _reads(later, x, em):
+                to_cache[x] = f"row{len(to_cache)}"
+                em.w(f"alignas(64) {C_TYPES[x.dtype]} {to_cache[x]}[{size}];")
+        if not to_cache:
+            raise Unsupported("no reduction operand worth caching")  # the caller drops this version
+    em.cached = list(to_cache)
+
     t_of = {r: C_TYPES[r.dtype] for r in reductions}
-    for lvl in range(1, max(level[r] for r in reductions) + 1):
+    for lvl in range(1, last_level + 1):
         batch = [r for r in reductions if level[r] == lvl]
         for r in batch:
             kind = r.attrs["kind"]
@@ -490,11 +556,16 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
         # hardware max does not, so a row that saw a NaN gets NaN after the loop.
         nan_flags = {r: em.fresh("nan") for r in batch if r.attrs["kind"] in ("max", "min") and r.dtype in ("f32", "f64")}
         for flag in nan_flags.values():
-            em.w(f"bool {flag} = false;")
+            em.w(f"int {flag} = 0;")  # an int, not a bool: a bool |-reduction vectorises 2.3x slower
         simd = [f"{SIMD_REDUCTION[r.attrs['kind']]}:{em.accs[r][0]}" for r in batch if r.attrs["kind"] in SIMD_REDUCTION]
         simd += [f"{r.attrs['kind']}:{em.accs[r][0]}" for r in nan_flags]
         simd += [f"|:{flag}" for flag in nan_flags.values()]
-        if len(simd) == len(batch) + len(nan_flags):
+        vectorise = len(simd) == len(batch) + len(nan_flags)
+        if split:  # threads share the row: every accumulator needs a reduction clause
+            clauses = [f"{_OMP_REDUCTION[r.attrs['kind']]}:{em.accs[r][0]}" for r in batch]
+            clauses += [f"|:{flag}" for flag in nan_flags.values()]
+            em.w(f"#pragma omp parallel for{' simd' if vectorise else ''} schedule(static) " + " ".join(f"reduction({c})" for c in clauses))
+        elif vectorise:
             em.w("#pragma omp simd " + " ".join(f"reduction({clause})" for clause in simd))
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
@@ -505,6 +576,9 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
             del em.accs[r]  # inside its own pass the reduction is not yet a value
         for r in batch:
             x = em.value(r.inputs[0], idx)
+            if r.inputs[0] in to_cache and r.inputs[0] not in em.row_cache:
+                em.w(f"{to_cache[r.inputs[0]]}[j] = {x};")
+                em.row_cache[r.inputs[0]] = to_cache[r.inputs[0]]  # read back from the next pass on
             acc = pending[r][0]
             if r in nan_flags:
                 cmp = ">" if r.attrs["kind"] == "max" else "<"
@@ -529,7 +603,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool) -> _Emit
             v = em.value(o, at)
             em.w(f"out{i}[{em.linear_of(at)}] = {v};")
     if full_outputs:
-        em.w("#pragma omp simd")
+        em.w("#pragma omp parallel for simd schedule(static)" if split else "#pragma omp simd")
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         em.scopes.append({})
@@ -546,34 +620,64 @@ def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource
     """The C++ of one fused group, with its speculation versions."""
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 
-    def body(assume: bool) -> _Emitter:
+    def body(assume: bool, schedule: str = "recompute") -> _Emitter:
         if has_reduce:
-            return _reduction_body(step, names, assume)
+            return _reduction_body(step, names, assume, schedule)
         em = _loop_body(step, names, assume, nested=False)
         return _loop_body(step, names, assume, nested=True) if em.delinearized else em
 
     general = body(False)
+    versions: list[tuple[str, str, _Emitter]] = []  # (label, C++ condition, body)
+    no_broadcast = " && ".join(sorted(_no_broadcast_conditions(step, names))) if general.maybe_broadcast else ""
+    if has_reduce:
+        for schedule in ("row-cached", "split-row"):
+            try:
+                em = body(bool(no_broadcast), schedule)
+            except Unsupported:
+                continue  # e.g. nothing worth caching
+            cond = _schedule_condition(schedule, em.rows, em.cols)
+            if cond is not None:
+                label = f"no-broadcast {schedule}" if no_broadcast else schedule
+                versions.append((label, _conj(no_broadcast, cond), em))
+    if no_broadcast:
+        versions.append(("no-broadcast", no_broadcast, body(True)))
+    versions.append(("general", "true", general))
+    kept: list[tuple[str, str, _Emitter]] = []
+    for version in versions:  # drop versions an earlier one always pre-empts
+        if version[1] not in {v[1] for v in kept}:
+            kept.append(version)
+        if version[1] == "true":
+            break
+    versions = kept
     header = f"// {step.kind} kernel fusing: " + ", ".join(n.op for n in step.group.nodes)
     sig = _signature(name, step)
-    if not general.maybe_broadcast:
-        text = "\n".join([header, sig + " {", *general.w.lines, "}"])
-        return KernelSource(name, text, ["general"], None, _params(step))
-    fast = body(True)
-    # The fast version is valid when every maybe-broadcast operand dim equals its target dim.
-    conds = sorted(_no_broadcast_conditions(step, names))
-    text = "\n".join(
-        [
-            header,
-            "// versions: no-broadcast (every maybe-1 dim equals its target), general",
-            sig.replace(name, name + "_nobcast") + " {",
-            *fast.w.lines,
-            "}",
-            sig.replace(name, name + "_general") + " {",
-            *general.w.lines,
-            "}",
-        ]
-    )
-    return KernelSource(name, text, ["no-broadcast", "general"], " && ".join(conds) or "true", _params(step))
+    source = KernelSource(name, "", [v[0] for v in versions], [v[1] for v in versions], _params(step))
+    parts = [header]
+    for k, (label, cond, em) in enumerate(versions):
+        if len(versions) > 1:
+            cached = f"; row cache holds the {', '.join(n.op for n in em.cached)} values" if em.cached else ""
+            parts.append(f"// version {label}: when {cond}{cached}")
+        parts += [sig.replace(name, source.function(k)) + " {", *em.w.lines, "}"]
+    source.text = "\n".join(parts)
+    return source
+
+
+def _schedule_condition(schedule: str, rows: str, cols: str) -> str | None:
+    """When a reduction schedule may run, as C++; None when it never can (a static row length rules it out)."""
+    static = int(cols) if cols.isdigit() else None
+    if schedule == "row-cached":
+        if static is not None:
+            return "true" if static <= ROW_CACHE_MAX else None
+        return f"{_atomic(cols)} <= {ROW_CACHE_MAX}"
+    if static is not None and static < SPLIT_ROW_MIN:
+        return None
+    long_rows = "" if static is not None else f"{_atomic(cols)} >= {SPLIT_ROW_MIN}"
+    return _conj(f"{_atomic(rows)} < disc_threads()", long_rows)
+
+
+def _conj(*conds: str) -> str:
+    parts = [c for c in conds if c and c != "true"]
+    return " && ".join(f"({c})" if "||" in c else c for c in parts) or "true"
 
 
 def _no_broadcast_conditions(step: KernelStep, names: SymbolNames) -> set[str]:

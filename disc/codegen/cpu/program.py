@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
-from disc.codegen.cpu.kernel import KernelSource, emit_kernel
+from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel
 from disc.codegen.cpu.ops import C_TYPES, PRELUDE
 from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, contiguous_strides
 from disc.ir.graph import Node
@@ -101,9 +101,9 @@ class _ProgramEmitter:
             key = draft.text
             if key not in unique:
                 name = f"{step.kind}_{len(unique)}"
-                unique[key] = KernelSource(name, draft.text.replace("KERNEL", name), draft.versions, draft.predicate, draft.params)
+                unique[key] = KernelSource(name, draft.text.replace("KERNEL", name), draft.versions, draft.conditions, draft.params)
             shared = unique[key]
-            calls.append(KernelCall(step, KernelSource(shared.name, shared.text, shared.versions, shared.predicate, draft.params)))
+            calls.append(KernelCall(step, KernelSource(shared.name, shared.text, shared.versions, shared.conditions, draft.params)))
         return list(unique.values()), calls
 
     # -- host flow --------------------------------------------------------------------
@@ -134,13 +134,19 @@ class _ProgramEmitter:
             args = ", ".join(["s"] + [self._ptr(n) for n in call.kernel.params])
             ops = ", ".join(n.op for n in call.step.group.nodes)
             out.append(f"  // step {k}: {call.step.kind} -> %{call.step.group.nodes[-1].name} [{ops}]")
-            if call.kernel.predicate is None:
-                out.append(f"  {call.kernel.name}({args});")
+            kernel = call.kernel
+            if len(kernel.versions) == 1:
+                out.append(f"  {kernel.name}({args});")
                 out.append(f"  DISC_STEP_END({k}, 0);")
-            else:
-                out.append(f"  const bool fast{k} = {call.kernel.predicate};")
-                out.append(f"  if (fast{k}) {call.kernel.name}_nobcast({args}); else {call.kernel.name}_general({args});")
-                out.append(f"  DISC_STEP_END({k}, fast{k} ? 0 : 1);")
+                continue
+            out.append(f"  int version{k} = {len(kernel.versions) - 1};  // {kernel.versions[-1]}")
+            for v, (label, cond) in enumerate(zip(kernel.versions[:-1], kernel.conditions)):
+                out.append(f"  {'if' if v == 0 else 'else if'} ({cond}) version{k} = {v};  // {label}")
+            out.append(f"  switch (version{k}) {{")
+            for v in range(len(kernel.versions)):
+                out.append(f"    case {v}: {kernel.function(v)}({args}); break;")
+            out.append("  }")
+            out.append(f"  DISC_STEP_END({k}, version{k});")
         return out
 
     def _workspace_total(self) -> str:
@@ -368,12 +374,12 @@ def _profile_macros(steps: int) -> str:
     return f"""#ifdef DISC_PROFILE
 #include <atomic>
 #include <chrono>
-extern "C" {{ std::atomic<int64_t> disc_profile_ns[{max(steps, 1)}]; std::atomic<int64_t> disc_profile_hits[{max(steps, 1)} * 2]; }}
+extern "C" {{ std::atomic<int64_t> disc_profile_ns[{max(steps, 1)}]; std::atomic<int64_t> disc_profile_hits[{max(steps, 1)} * {MAX_VERSIONS}]; }}
 extern "C" int32_t disc_profile_steps(void) {{ return {steps}; }}
 #define DISC_STEP_BEGIN(k) const auto disc_t##k = std::chrono::steady_clock::now()
 #define DISC_STEP_END(k, version) do {{ \\
     disc_profile_ns[k] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - disc_t##k).count(); \\
-    disc_profile_hits[2 * (k) + (version)] += 1; }} while (0)
+    disc_profile_hits[{MAX_VERSIONS} * (k) + (version)] += 1; }} while (0)
 #else
 #define DISC_STEP_BEGIN(k)
 #define DISC_STEP_END(k, version)

@@ -1,0 +1,120 @@
+"""Reduction schedules chosen by row length, and the vectorisable exp, against PyTorch eager.
+
+Each schedule (row-cached, split-row, the recomputing general one) is forced by
+the shape and checked through the profiling build's per-version counters, so a
+schedule that silently never runs fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import disc
+from disc.codegen.cpu.kernel import ROW_CACHE_MAX, SPLIT_ROW_MIN
+from disc.codegen.cpu.program import KernelCall
+from disc.runtime.native import NativeExecutor, build_native
+
+
+class MaskedSoftmaxAndRowStats(nn.Module):
+    def forward(self, x, mask):
+        scores = x / 8.0 + mask
+        return torch.softmax(scores, dim=-1), x.amax(-1), (x * x).sum(-1)
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # split-row runs when rows < threads: make that reachable on any machine
+    yield
+    torch.set_num_threads(before)
+
+
+def _profiled(model: nn.Module, args: tuple, dynamic: dict) -> NativeExecutor:
+    cm = disc.compile(model, args, dynamic=dynamic, backend="reference")
+    return NativeExecutor(cm.graph, build_native(cm.graph, profile=True))
+
+
+def _softmax_hits(ex: NativeExecutor) -> dict[str, int]:
+    rows = [p for p, c in zip(ex.step_profile(), ex.native.source.calls) if isinstance(c, KernelCall) and "exp" in [n.op for n in c.step.group.nodes]]
+    assert len(rows) == 1
+    return rows[0]["calls"]
+
+
+@pytest.mark.parametrize(
+    "rows,cols,version",
+    [
+        (6, 50, "row-cached"),
+        (1, 1, "row-cached"),
+        (3, ROW_CACHE_MAX, "row-cached"),
+        (3, ROW_CACHE_MAX + 1, "general"),  # too long to cache, and 3 rows keep 2 threads busy
+        (1, SPLIT_ROW_MIN + 7, "split-row"),
+    ],
+)
+def test_each_row_schedule_runs_and_matches_eager(two_threads, rows, cols, version):
+    m = MaskedSoftmaxAndRowStats()
+    ex = _profiled(m, (torch.randn(2, 5), torch.zeros(1, 5)), {"x": {0: "r", 1: "n"}, "mask": {1: "n"}})
+    labels = [c.kernel.versions for c in ex.native.source.calls if isinstance(c, KernelCall) and "exp" in [n.op for n in c.step.group.nodes]]
+    assert labels == [["row-cached", "split-row", "general"]]
+    x = torch.randn(rows, cols) * 4
+    mask = torch.where(torch.rand(1, cols) > 0.3, 0.0, torch.finfo(torch.float32).min)  # masked lanes underflow exp
+    mask[0, 0] = 0.0
+    before = _softmax_hits(ex)  # the counters live in the loaded library, shared by every test using it
+    got = ex.run([x, mask])
+    want = m(x, mask)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    hits = {k: v - before[k] for k, v in _softmax_hits(ex).items()}
+    assert hits[version] == 1 and sum(hits.values()) == 1, hits
+
+
+@pytest.mark.parametrize("rows,cols", [(4, 33), (3, ROW_CACHE_MAX + 3), (1, SPLIT_ROW_MIN + 1)])
+def test_nan_propagates_through_every_schedule(two_threads, rows, cols):
+    m = MaskedSoftmaxAndRowStats()
+    ex = _profiled(m, (torch.randn(2, 5), torch.zeros(1, 5)), {"x": {0: "r", 1: "n"}, "mask": {1: "n"}})
+    x = torch.randn(rows, cols)
+    x[0, cols // 2] = float("nan")
+    got = ex.run([x, torch.zeros(1, cols)])
+    want = m(x, torch.zeros(1, cols))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert torch.isnan(got[1][0]) and torch.isnan(got[0][0]).all()
+
+
+class LayerNormRow(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(n)
+
+    def forward(self, x, r):
+        return self.ln(x + r)
+
+
+def test_layernorm_with_a_static_row_has_only_the_cached_version():
+    m = LayerNormRow(48).eval()
+    args = (torch.randn(2, 3, 48), torch.randn(2, 3, 48))
+    ex = _profiled(m, args, {"x": {0: "b", 1: "s"}, "r": {0: "b", 1: "s"}})
+    (kernel,) = [c.kernel for c in ex.native.source.calls if isinstance(c, KernelCall)]
+    assert kernel.versions == ["row-cached"] and kernel.conditions == ["true"]
+    # x + r is cached for the variance and output passes; (x - mean)^2 feeds only its own sum: not cached.
+    assert "alignas(64) float row0[48];" in kernel.text and "row1" not in kernel.text
+    for shape in [(1, 1, 48), (3, 7, 48)]:
+        x, r = torch.randn(*shape), torch.randn(*shape)
+        (got,) = ex.run([x, r])
+        torch.testing.assert_close(got, m(x, r), rtol=1e-5, atol=1e-5)
+
+
+class Unary(nn.Module):
+    def forward(self, x):
+        return torch.exp(x), torch.sigmoid(x), nn.functional.silu(x)
+
+
+def test_exp_sigmoid_silu_match_torch_over_the_whole_float_range():
+    m = Unary()
+    cm = disc.compile(m, (torch.randn(8),), dynamic={"x": {0: "n"}}, backend="native")
+    specials = torch.tensor([float("-inf"), float("inf"), float("nan"), -1e30, 1e30, 0.0, -0.0, -87.5, -100.0, -103.9, 88.7, 89.0])
+    for x in [torch.linspace(-110, 95, 200_001), specials, torch.randn(1), torch.randn(37) * 30]:
+        for g, w in zip(cm(x), m(x)):
+            # Within 3 ulp where normal; subnormal results within one subnormal step.
+            torch.testing.assert_close(g, w, rtol=4e-7, atol=2e-45, equal_nan=True)
