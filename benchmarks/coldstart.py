@@ -14,6 +14,7 @@ prints one JSON line: prepare time, each call's time, compilations, peak memory,
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -33,10 +34,17 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     system = SYSTEMS[spec["system"]]
     ctx = Context(device=spec.get("device", "cpu"), dtype=getattr(torch, spec.get("dtype", "float32")), workdir=Path(spec["workdir"]))
     shapes = list(workload.stream)[: spec.get("shapes", len(workload.stream))]
-    out: dict[str, Any] = {"prepare_s": 0.0, "call_s": [], "compilations": 0, "peak_memory_mb": 0.0, "notes": [], "error": None}
+    out: dict[str, Any] = {"prepare_s": 0.0, "call_s": [], "compilations": 0, "peak_memory_mb": 0.0, "import_mb": 0.0, "notes": [], "error": None}
     with torch.no_grad():
         model, inputs = model_and_inputs(workload, ctx, len(shapes))
         meter = MemoryMeter(ctx.device)
+        meter.reset()
+        for module in system.preload:  # measured apart: library code, paid once per process
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass
+        out["import_mb"] = meter.peak_mb()
         meter.reset()  # peak memory counts what the system adds on top of the model and its inputs
         try:
             start = time.perf_counter()

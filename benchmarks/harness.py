@@ -58,6 +58,7 @@ class SystemResult:
     cold_call_s: list[float] = field(default_factory=list)  # first call at each shape, in stream order
     stream_s: float = 0.0  # prepare + all cold calls: the end-to-end time of the stream
     peak_memory_mb: float = 0.0  # peak resident (CPU) or allocated (GPU) memory above the level before prepare
+    import_mb: float = 0.0  # resident memory of the system's Python modules (System.preload), not in the peak
     max_rel_err: float = 0.0
     rel_err: list[float] = field(default_factory=list)
     steady_ms: list[list[float]] = field(default_factory=list)  # per shape: one time per round
@@ -307,6 +308,7 @@ def _cold_start(system: System, workload: Workload, ctx: Context, workdir: Path,
     res.first_result_s = res.prepare_s + res.cold_call_s[0]
     res.stream_s = res.prepare_s + sum(res.cold_call_s)
     res.peak_memory_mb = cold["peak_memory_mb"]
+    res.import_mb = cold.get("import_mb", 0.0)
     res.compilations = cold["compilations"]
     res.notes.extend(cold["notes"])
     return True

@@ -55,6 +55,9 @@ class System:
     devices: tuple[str, ...] = ("cpu", "cuda")
     cache_note: str = ""  # what "warm start" means for this system
     compiles: bool = True  # False: nothing to prepare, so no warm start is measured
+    # Modules imported before the memory baseline: peak memory counts the data a system adds
+    # (weight copies, arenas, workspaces, compiled code), not its Python modules' one-time import.
+    preload: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
 
     def missing(self) -> str | None:

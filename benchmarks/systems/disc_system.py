@@ -35,5 +35,6 @@ register(
         "disc",
         "disc.compile, dynamic dims from the workload: the native CPU program (the reference executor where a graph has no native form)",
         cache_note="the generated C++ is cached on disk (~/.cache/disc): a warm start captures and lowers again but skips the C++ compiler",
+        preload=("torch.export", "torch._dynamo", "sympy", "disc.frontends.torch.export", "disc.runtime.native"),
     )
 )

@@ -67,6 +67,9 @@ class InductorRunner(Runner):
         return self.count
 
 
+_PRELOAD = ("torch._dynamo", "torch._inductor.compile_fx", "sympy")
+
+
 class Inductor(System):
     def prepare(self, model, workload, example, ctx, workdir):  # type: ignore[override]
         return InductorRunner(model, self.options["dynamic"], self.options.get("config_patches", {}), workdir / "inductor-cache")
@@ -74,21 +77,23 @@ class Inductor(System):
 
 _WARM = "same process, dynamo state reset, inductor's on-disk caches as the cold start left them"
 
-register(Inductor("inductor-dynamic", "torch.compile(dynamic=True)", cache_note=_WARM, options={"dynamic": True}))
+register(Inductor("inductor-dynamic", "torch.compile(dynamic=True)", cache_note=_WARM, preload=_PRELOAD, options={"dynamic": True}))
 register(
     Inductor(
         "inductor-dynamic-freezing",
         "torch.compile(dynamic=True) with inductor freezing=True (weights folded as constants)",
         cache_note=_WARM,
+        preload=_PRELOAD,
         options={"dynamic": True, "config_patches": {"freezing": True}},
     )
 )
-register(Inductor("inductor-static", "torch.compile(dynamic=False): one compilation per shape", cache_note=_WARM, options={"dynamic": False}))
+register(Inductor("inductor-static", "torch.compile(dynamic=False): one compilation per shape", cache_note=_WARM, preload=_PRELOAD, options={"dynamic": False}))
 register(
     Inductor(
         "inductor-default",
         "torch.compile() defaults: static first, dynamic after a shape changes",
         cache_note=_WARM,
+        preload=_PRELOAD,
         options={"dynamic": None},
     )
 )

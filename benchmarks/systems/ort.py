@@ -61,5 +61,6 @@ register(
         requires=("onnx", "onnxscript", "onnxruntime"),
         devices=("cpu",),
         cache_note="reuses the exported model.onnx; the session (graph optimization) is created again",
+        preload=("torch.export", "torch._dynamo", "torch.onnx", "onnx", "onnxscript", "onnxruntime"),
     )
 )

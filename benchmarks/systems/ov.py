@@ -125,5 +125,6 @@ register(
         requires=("openvino",),
         devices=("cpu",),
         cache_note="reuses the converted IR (model.xml) and OpenVINO's compiled blob (CACHE_DIR in the workdir)",
+        preload=("torch.export", "torch._dynamo", "openvino"),
     )
 )

@@ -90,6 +90,11 @@ class Slot:
 
     size: SymExpr  # bytes
     users: list[Node] = field(default_factory=list)
+    live: list[tuple[int, int]] = field(default_factory=list)  # per user: (step writing it, step last reading it)
+
+    def live_with(self, other: Slot) -> bool:
+        """Is some user of this slot live while some user of ``other`` is? Then their bytes must differ."""
+        return any(a <= d and c <= b for a, b in self.live for c, d in other.live)
 
 
 @dataclass
@@ -420,6 +425,7 @@ class _Lowering:
                     chosen = len(slots) - 1
                 slots[chosen].users.append(n)
                 busy_until[chosen] = max(last_read.get(n, i), i)
+                slots[chosen].live.append((i, busy_until[chosen]))
                 location[n] = ("slot", chosen)
         for rs in reads:
             for x in rs:

@@ -269,6 +269,28 @@ def test_workspace_is_kept_per_thread_and_grows_only_when_needed():
     _check(cm, m, (big,), tol=1e-4)
 
 
+class TwoSizes(nn.Module):
+    def forward(self, x):
+        wide = torch.cat([x, x * 2], dim=-1).tanh()  # [b, 2n], dead after the sum
+        narrow = wide.sum(-1, keepdim=True) + x  # [b, n]
+        return (narrow.tanh() * 3).sigmoid().sum(-1)  # more [b, n] buffers, none live with `wide`
+
+
+def test_slots_never_live_together_share_bytes_at_every_shape():
+    m = TwoSizes()
+    cm = _compile(m, (torch.randn(3, 5),), {"x": BXS})
+    ex = cm.executor
+    slots = ex.native.lowered.slots
+    assert any(not a.live_with(b) and a.size != b.size for a in slots for b in slots)
+    for b, n in [(1, 1), (3, 5), (64, 33), (2, 1000)]:
+        x = torch.randn(b, n)
+        _check(cm, m, (x,))
+        _, _, packed = ex._plan([x])
+        side_by_side = int(ex.native.source.workspace_bound.evaluate({"b": b, "s": n}))
+        biggest = max(int(s.size.evaluate({"b": b, "s": n})) for s in slots)
+        assert biggest <= packed < side_by_side, (packed, side_by_side)
+
+
 def test_identical_layers_share_kernels_and_a_second_compile_hits_the_cache():
     from disc.models import MODELS
 

@@ -33,9 +33,14 @@ def describe_native(native: Any) -> list[str]:
         if len(call.kernel.versions) > 1:
             for label, cond in zip(call.kernel.versions, call.kernel.conditions):
                 lines.append(f"    version {label}: when {cond}")
-    lines += ["", "-- memory plan (workspace carved into slots; equal-size buffers with disjoint lifetimes share) --"]
-    lines.append(f"  workspace bytes = {src.workspace_expr} (each slot aligned to 64 B)")
+    lines += [
+        "",
+        "-- memory plan (buffers of provably equal size with disjoint lifetimes share a slot; each call packs",
+        "   slots never live together into the same bytes, at that call's sizes) --",
+        f"  workspace bytes <= {src.workspace_bound} (all slots side by side, each aligned to 64 B)",
+    ]
     for k, slot in enumerate(lp.slots):
         names = ", ".join("%" + n.name for n in slot.users)
-        lines.append(f"  slot {k}: {slot.size} B  <- {names}")
+        live = ", ".join(f"{a}..{b}" for a, b in slot.live)
+        lines.append(f"  slot {k}: {slot.size} B  <- {names}  (live in steps {live})")
     return lines

@@ -98,9 +98,12 @@ PRELUDE = r"""
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <omp.h>
 #include <type_traits>
+#include <utility>
+#include <vector>
 #include "ral.h"
 
 // glibc's vector math library (libmvec) has SIMD versions of these; declaring them lets
@@ -175,6 +178,35 @@ template <class T> static inline T disc_fmod(T a, T b) {
 static inline int64_t disc_floordiv_i(int64_t a, int64_t b) { int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t disc_threads() { return omp_get_max_threads(); }
 static inline int64_t disc_align(int64_t bytes) { return (bytes + 63) & ~int64_t(63); }
+
+// Offsets for n workspace slots at this call's sizes; returns the workspace bytes. Slot i must
+// not overlap the slots clash[clash_start[i] .. clash_start[i+1]) (live at the same time).
+// Largest first, each at the lowest offset clear of its already placed clashing slots
+// (first-fit decreasing): deterministic, so disc_shapes and disc_run agree.
+static int64_t disc_place_slots(int n, const int64_t* bytes, const int32_t* clash_start, const int32_t* clash, int64_t* off) {
+  std::vector<int> order(n);
+  std::vector<char> placed(n, 0);
+  std::vector<std::pair<int64_t, int64_t>> taken;
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return disc_align(bytes[a]) > disc_align(bytes[b]); });
+  int64_t total = 0;
+  for (int i : order) {
+    const int64_t size = disc_align(bytes[i]);
+    taken.clear();
+    for (int c = clash_start[i]; c < clash_start[i + 1]; ++c)
+      if (placed[clash[c]] && bytes[clash[c]] > 0) taken.emplace_back(off[clash[c]], off[clash[c]] + disc_align(bytes[clash[c]]));
+    std::sort(taken.begin(), taken.end());
+    int64_t at = 0;
+    for (const auto& t : taken) {  // the first gap that fits
+      if (t.first >= at + size) break;
+      if (t.second > at) at = t.second;
+    }
+    off[i] = at;
+    placed[i] = 1;
+    if (at + size > total) total = at + size;
+  }
+  return total;
+}
 """
 
 

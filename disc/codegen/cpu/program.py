@@ -7,10 +7,15 @@ The generated host flow is what DISC calls the host side of the program:
   not re-derived per op);
 - ``disc_shapes``: output dims and workspace bytes, so the caller can
   allocate them (as torch tensors in plug-in mode, zero-copy);
-- ``disc_run``: carves every intermediate out of the workspace at offsets
-  computed from the symbolic buffer plan, picks each kernel's speculation
-  version from the actual dims, and calls kernels and, through the RAL,
-  the GEMM and convolution library.
+- ``disc_run``: carves every intermediate out of the workspace, picks each
+  kernel's speculation version from the actual dims, and calls kernels and,
+  through the RAL, the GEMM and convolution library.
+
+The buffer plan is symbolic (which buffers share a slot: provably equal
+sizes, disjoint lifetimes); where each slot sits is decided per call from
+the slot sizes at that shape, packing slots that are never live together
+into the same bytes (``disc_place_slots``): which of two symbolic sizes is
+larger depends on the shape, so only then can the packing be tight.
 
 Nothing here links against torch or a library: library calls go through the
 ``disc_ral`` table. The program keeps no state between calls.
@@ -41,8 +46,7 @@ class NativeSource:
     kernels: list[KernelSource]  # unique kernel functions
     calls: list[KernelCall | LibraryStep]  # in execution order
     constants: list[str]  # payload names, in the order of the `consts` pointer array
-    workspace_bytes: str  # C++ expression (over s.) of the workspace size
-    workspace_expr: SymExpr  # the same, symbolic
+    workspace_bound: SymExpr  # bytes: every slot side by side; the run-time placement never needs more
     output_dims: list[tuple]  # per output buffer: its symbolic shape
     symbols: dict[str, str] = field(default_factory=dict)  # root symbol -> C field
 
@@ -77,13 +81,11 @@ class _ProgramEmitter:
             *[k.text + "\n" for k in kernels],
             *self._entry_points(body),
         ]
-        ws = self._workspace_total()
         return NativeSource(
             "\n".join(parts),
             kernels,
             calls,
             self.constants,
-            ws,
             ws_expr,
             [o.shape for o in self.lp.output_buffers],
             dict(self.names.fields),
@@ -120,11 +122,29 @@ class _ProgramEmitter:
             return f"static_cast<{t}*>(consts[{self.constants.index(str(where))}])"
         return f"reinterpret_cast<{t}*>(ws + off{where})"
 
+    def _placement(self) -> list[str]:
+        """C++ placing every slot at this call's sizes; defines ``off<k>`` and ``ws_bytes``."""
+        slots = self.lp.slots
+        if not slots:
+            return ["  const int64_t ws_bytes = 0;"]
+        n = len(slots)
+        # Which slots are live together is known now; only their sizes wait for the call.
+        clash_start, clash = [0], []
+        for a in slots:
+            clash += [k for k, b in enumerate(slots) if b is not a and a.live_with(b)]
+            clash_start.append(len(clash))
+        out = [
+            f"  static const int32_t clash_start[{n + 1}] = {{{', '.join(map(str, clash_start))}}};",
+            f"  static const int32_t clash[{max(len(clash), 1)}] = {{{', '.join(map(str, clash)) or '0'}}};",
+            f"  const int64_t slot_bytes[{n}] = {{{', '.join(self.names.expr(x.size) for x in slots)}}};",
+            f"  int64_t slot_off[{n}];",
+            f"  const int64_t ws_bytes = disc_place_slots({n}, slot_bytes, clash_start, clash, slot_off);",
+        ]
+        out += [f"  const int64_t off{k} = slot_off[{k}];" for k in range(n)]
+        return out
+
     def _run_body(self, calls: list[KernelCall | LibraryStep]) -> list[str]:
-        out = []
-        for s in range(len(self.lp.slots)):
-            prev = f"off{s - 1} + disc_align({self.names.expr(self.lp.slots[s - 1].size)})" if s else "0"
-            out.append(f"  const int64_t off{s} = {prev};")
+        out = self._placement()
         for k, call in enumerate(calls):
             out.append(f"  DISC_STEP_BEGIN({k});")
             if isinstance(call, LibraryStep):
@@ -149,14 +169,7 @@ class _ProgramEmitter:
             out.append(f"  DISC_STEP_END({k}, version{k});")
         return out
 
-    def _workspace_total(self) -> str:
-        if not self.lp.slots:
-            return "0"
-        last = len(self.lp.slots) - 1
-        return f"off{last} + disc_align({self.names.expr(self.lp.slots[last].size)})"
-
     def _entry_points(self, body: list[str]) -> list[str]:
-        offsets = [ln for ln in body if ln.startswith("  const int64_t off")]
         out_dims = []
         pos = 0
         for o in self.lp.output_buffers:
@@ -170,8 +183,8 @@ class _ProgramEmitter:
             "  Shapes s;",
             "  if (int32_t rc = compute_shapes(dims, s, ctx)) return rc;",
             *out_dims,
-            *offsets,
-            f"  *workspace_bytes = {self._workspace_total()};",
+            *self._placement(),
+            "  *workspace_bytes = ws_bytes;",
             "  return 0;",
             "}",
             "",
