@@ -49,8 +49,21 @@ class FusionGroup:
 
 
 @dataclass
+class Refusal:
+    """A producer -> consumer edge the planner did not fuse, and the rule that kept them apart."""
+
+    producer: Node
+    consumer: Node
+    reason: str
+
+    def describe(self) -> str:
+        return f"%{self.producer.name} ({self.producer.op}) -/-> %{self.consumer.name} ({self.consumer.op}): {self.reason}"
+
+
+@dataclass
 class FusionPlan:
     groups: list[FusionGroup]
+    refused: list[Refusal] = field(default_factory=list)  # in program order of the consumer
 
     def counts(self) -> dict[str, int]:
         """Kernels by kind; library calls and fallbacks counted separately from generated kernels."""
@@ -60,9 +73,15 @@ class FusionPlan:
     def memory_bound_kernels(self) -> int:
         return sum(1 for g in self.groups if g.kind not in ("library", "fallback"))
 
-    def describe(self) -> str:
+    def describe(self, max_refusals: int = 40) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in sorted(self.counts().items()))
-        return "\n".join([f"{len(self.groups)} kernels ({counts})"] + ["  " + g.describe() for g in self.groups])
+        lines = [f"{len(self.groups)} kernels ({counts})"] + ["  " + g.describe() for g in self.groups]
+        if self.refused:
+            lines.append(f"edges not fused ({len(self.refused)}):")
+            lines += ["  " + r.describe() for r in self.refused[:max_refusals]]
+            if len(self.refused) > max_refusals:
+                lines.append(f"  ... and {len(self.refused) - max_refusals} more")
+        return "\n".join(lines)
 
 
 def _is_kernel_op(n: Node) -> bool:
@@ -104,6 +123,7 @@ class _Planner:
         self.members: dict[int, list[Node]] = {}
         self.spaces: dict[int, list[SymExpr]] = {}
         self.absorbed: dict[Node, set[int]] = {}  # cheap node -> groups that recompute it
+        self.refused: list[Refusal] = []
 
     def run(self) -> FusionPlan:
         for n in self.g.nodes:
@@ -123,7 +143,9 @@ class _Planner:
                 dup = sorted((m for m in nodes if len(self.absorbed.get(m, ())) > 1), key=self.order.get)
                 groups.append(FusionGroup(self._kind(nodes), nodes, dup))
         groups.sort(key=lambda grp: self.order[grp.root])
-        return FusionPlan(groups)
+        # An edge refused while pulling may have been joined later through another path.
+        refused = [r for r in self.refused if self.group_of.get(r.producer) != self.group_of.get(r.consumer)]
+        return FusionPlan(groups, refused)
 
     def _pull(self, n: Node, via: Node, seen: set[Node]) -> None:
         """Fuse the producers of ``via`` (``n`` itself, or a cheap op absorbed into n's group) into n's group."""
@@ -133,6 +155,7 @@ class _Planner:
             seen.add(p)
             kind = _fusible_kind(p)
             if kind is None:
+                self.refused.append(Refusal(p, via, _why_alone(p)))
                 continue
             gn = self.group_of[n]
             if kind == "cheap":
@@ -143,7 +166,16 @@ class _Planner:
                 self._pull(n, p, seen)
                 continue
             gp = self.group_of[p]
-            if gp != gn and self._share_space(gp, gn) and self._one_row_space(gp, gn) and not self._creates_cycle(gp, gn):
+            if gp == gn:
+                continue
+            if not self._share_space(gp, gn):
+                spaces = [" / ".join(dict.fromkeys(str(x) for x in self.spaces[g])) for g in (gp, gn)]
+                self.refused.append(Refusal(p, via, f"element counts not provably equal ({spaces[0]} vs {spaces[1]})"))
+            elif not self._one_row_space(gp, gn):
+                self.refused.append(Refusal(p, via, "their reductions reduce rows of different lengths"))
+            elif self._creates_cycle(gp, gn):
+                self.refused.append(Refusal(p, via, "one kernel would depend on itself through another kernel"))
+            else:
                 self._merge(gp, gn)
 
     def _materialise_cheap(self) -> None:
@@ -228,6 +260,14 @@ class _Planner:
         self.spaces[b] += self.spaces[a]
         self.members[a] = []
         self.spaces[a] = []
+
+
+def _why_alone(p: Node) -> str:
+    if p.op == "torch_fallback":
+        return "the producer runs in PyTorch (fallback)"
+    if get_spec(p.op).category == LIBRARY:
+        return "the producer is a library call (GEMM/convolution); its epilogue is a kernel of its own"
+    return f"{p.op} has no fusible form (it runs as a kernel of its own)"
 
 
 def plan_fusion(g: Graph) -> FusionPlan:

@@ -91,3 +91,24 @@ def test_fallback_op_is_its_own_group() -> None:
     fallbacks = [g for g in plan.groups if g.kind == "fallback"]
     assert fallbacks and all(len(g.nodes) == 1 and g.root.op == "torch_fallback" for g in fallbacks)
     assert plan.memory_bound_kernels == len(plan.groups) - len(fallbacks)
+
+
+def test_refused_edges_name_the_rule_that_kept_them_apart() -> None:
+    class Mixed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.linear(x))  # GEMM -> epilogue: a library call is never fused into
+            return torch.exp(h).sum() + torch.exp(y).sum()  # rows of a*8 and b: no proof they match
+
+    plan = plan_of(Mixed(), (torch.randn(3, 8), torch.randn(5)), {"x": {0: "a"}, "y": {0: "b"}})
+    reasons = {(r.producer.op, r.reason.split(" (")[0]) for r in plan.refused}
+    assert ("dot_general", "the producer is a library call") in reasons
+    assert ("reduce", "their reductions reduce rows of different lengths") in reasons
+    described = plan.describe()
+    assert "edges not fused" in described and "-/->" in described
+    # Every refusal is an edge between two different groups in the final plan.
+    group_of = {n: k for k, g in enumerate(plan.groups) for n in g.nodes}
+    assert all(group_of.get(r.producer) != group_of.get(r.consumer) for r in plan.refused)
