@@ -111,13 +111,27 @@ class NativeExecutor:
             self._raise(rc, ctx)
         return dims, out_dims, ws_bytes.value
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def run(self, inputs: Sequence[torch.Tensor], out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """Outputs for ``inputs``; ``out`` optionally supplies the output buffers (one per
+        ``output_buffers`` entry, contiguous, of the exact shape and dtype), as torch's ``out=``."""
         inputs = [t.contiguous() for t in inputs]
         dims, out_dims, ws_bytes = self._plan(inputs)
         outs, pos = [], 0
-        for rank, dtype in self._out_meta:
-            outs.append(torch.empty(tuple(out_dims[pos : pos + rank]), dtype=dtype))
+        for k, (rank, dtype) in enumerate(self._out_meta):
+            shape = tuple(out_dims[pos : pos + rank])
             pos += rank
+            if out is None:
+                outs.append(torch.empty(shape, dtype=dtype))
+                continue
+            if len(out) != len(self._out_meta):
+                raise ValueError(f"out: expected {len(self._out_meta)} buffers, got {len(out)}")
+            given = out[k]
+            if tuple(given.shape) != shape or given.dtype != dtype or not given.is_contiguous():
+                raise ValueError(
+                    f"out[{k}]: expected a contiguous {dtype} tensor of shape {list(shape)}, "
+                    f"got {given.dtype} {list(given.shape)}{'' if given.is_contiguous() else ' (not contiguous)'}"
+                )
+            outs.append(given)
         workspace = self._workspace(max(ws_bytes, 1))
         ws_ptr = (workspace.data_ptr() + 63) & ~63
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[t.data_ptr() for t in inputs])

@@ -305,3 +305,18 @@ def test_identical_layers_share_kernels_and_a_second_compile_hits_the_cache():
     assert len(src.kernels) < len(kernel_calls)  # layers reuse the same functions
     for shape in entry.shapes[:4]:
         _check(first, model, entry.inputs(shape), tol=1e-4)
+
+
+def test_run_writes_into_caller_buffers_and_names_a_wrong_one():
+    m = BiasGelu()
+    cm = _compile(m, (torch.randn(3, 24),), {"x": {0: "n"}})
+    ex = cm.executor
+    x = torch.randn(5, 24)
+    buf = torch.empty(5, 24)
+    (got,) = ex.run([x], out=[buf])
+    assert got.data_ptr() == buf.data_ptr()
+    torch.testing.assert_close(buf, m(x).detach(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"out\[0\]: expected a contiguous torch.float32 tensor of shape \[5, 24\]"):
+        ex.run([x], out=[torch.empty(4, 24)])
+    with pytest.raises(ValueError, match="not contiguous"):
+        ex.run([x], out=[torch.empty(24, 5).t()])
