@@ -528,11 +528,12 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
         elif below:
             level[n] = max(below)
     last_level = max(level[r] for r in reductions)
+    row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
+    full_outputs = [o for o in step.outputs if o not in row_outputs]
     # Row cache: each computed operand of a reduction that a later pass reads again.
     to_cache: dict[Node, str] = {}
     if schedule == "row-cached":
         size = em.cols if em.cols.isdigit() else str(ROW_CACHE_MAX)
-        full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
         for r in reductions:
             x = r.inputs[0]
             later = [q.inputs[0] for q in reductions if level[q] > level[r]] + full_outputs
@@ -592,8 +593,6 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
         em.w("}")
         for r, flag in nan_flags.items():
             em.w(f"if ({flag}) {pending[r][0]} = std::numeric_limits<{t_of[r]}>::quiet_NaN();")
-    row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
-    full_outputs = [o for o in step.outputs if o not in row_outputs]
     for i, o in enumerate(step.outputs):
         if o in row_outputs:
             r = reductions[0]
