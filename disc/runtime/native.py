@@ -115,6 +115,8 @@ class NativeExecutor:
         """Outputs for ``inputs``; ``out`` optionally supplies the output buffers (one per
         ``output_buffers`` entry, contiguous, of the exact shape and dtype), as torch's ``out=``."""
         inputs = [t.contiguous() for t in inputs]
+        if out is not None and len(out) != len(self._out_meta):
+            raise ValueError(f"out: expected {len(self._out_meta)} buffers, got {len(out)}")
         dims, out_dims, ws_bytes = self._plan(inputs)
         outs, pos = [], 0
         for k, (rank, dtype) in enumerate(self._out_meta):
@@ -123,8 +125,6 @@ class NativeExecutor:
             if out is None:
                 outs.append(torch.empty(shape, dtype=dtype))
                 continue
-            if len(out) != len(self._out_meta):
-                raise ValueError(f"out: expected {len(self._out_meta)} buffers, got {len(out)}")
             given = out[k]
             if tuple(given.shape) != shape or given.dtype != dtype or not given.is_contiguous():
                 raise ValueError(

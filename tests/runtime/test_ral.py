@@ -57,7 +57,7 @@ def test_ctypes_layout_matches_the_header():
             lines.append(f"    (long long)offsetof({cname}, {field}),")
             expected.append(getattr(py, field).offset)
     lines += ["  };", "  return v[i];", "}"]
-    lib = ctypes.CDLL(str(toolchain.build_shared("\n".join(lines), "ral_layout")))
+    lib = ctypes.CDLL(str(toolchain.build("\n".join(lines), "ral_layout").path))
     lib.disc_layout.restype = ctypes.c_longlong
     assert [lib.disc_layout(i) for i in range(len(expected))] == expected
 

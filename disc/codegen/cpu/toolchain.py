@@ -256,15 +256,3 @@ def build(
         Path(tmp).unlink(missing_ok=True)
     return BuildResult(so, src, False, key)
 
-
-def build_shared(
-    source: str,
-    name: str,
-    *,
-    flags: Sequence[str] = (),
-    libs: Sequence[str] = (),
-    include_dirs: Sequence[str | os.PathLike] = (),
-    progress: Callable[[str], None] | None = None,
-) -> Path:
-    """`build`, returning only the library's path."""
-    return build(source, name, flags=flags, libs=libs, include_dirs=include_dirs, progress=progress).path
