@@ -207,3 +207,27 @@ def register() -> None:
 
     if "disc" not in _BACKENDS or _BACKENDS.get("disc") is None:
         register_backend(name="disc")(disc_backend)
+    _turn_off_duck_sizing()
+
+
+def _turn_off_duck_sizing() -> None:
+    """Stop dynamo from merging input dims that are equal by coincidence.
+
+    With duck sizing (torch's default) dims of equal size on the first call
+    share one symbol: an image batch of 3 shares the symbol of the 3 RGB
+    channels, the convolution's channel check pins it to the constant 3, and
+    every other batch size recompiles. disc proves the equalities a program
+    needs from op semantics, so merging by coincidence only costs it
+    recompilations. A backend cannot change how dynamo traced a frame after
+    the fact, and ``torch.compile`` gives a backend no hook before tracing, so
+    this is process-wide: other backends then get one symbol per dim too
+    (still correct; possibly more general code). ``DISC_DUCK_SHAPE=1`` keeps
+    torch's default.
+    """
+    import os
+
+    import torch.fx.experimental._config as fx_config
+
+    if os.environ.get("DISC_DUCK_SHAPE", "") not in ("", "0"):
+        return
+    fx_config.use_duck_shape = False
