@@ -58,6 +58,14 @@ class InductorRunner(Runner):
 
         self.fn = torch.compile(_private_forward(model), backend=backend, dynamic=dynamic)
 
+    def __call__(self, *args: torch.Tensor) -> Any:
+        # Importing disc (the harness does) turns dynamo's duck sizing off process-wide;
+        # inductor is measured with torch's own default, as a user without disc runs it.
+        import torch.fx.experimental._config as fx_config
+
+        with fx_config.patch(use_duck_shape=True):
+            return self.fn(*args)
+
     @property
     def compilations(self) -> int:
         limit = torch._dynamo.config.recompile_limit
