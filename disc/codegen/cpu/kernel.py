@@ -30,6 +30,9 @@ C++ condition over the run-time dims; the first whose condition holds runs.
 
 from __future__ import annotations
 
+import itertools
+import math
+import re
 from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
@@ -43,6 +46,7 @@ PARALLEL_MIN_ELEMENTS = 32768  # below this a parallel region costs more than it
 ROW_CACHE_MAX = 8192  # elements per cached row: a few of them fit L1/L2 and the stack of a worker thread
 ROW_CACHE_BUFFERS = 3  # reduction operands cached per row, at most
 MAX_VERSIONS = 8  # per kernel; the profiling counters reserve this many slots a step
+WINDOW_UNROLL_MAX = 64  # pooling windows up to this many positions are unrolled (GCC vectorises innermost loops only)
 SPLIT_ROW_MIN = 32768  # a row this long is worth a parallel region of its own when rows are too few
 
 
@@ -101,10 +105,29 @@ class _Emitter:
         self.pass_dims: tuple[str, ...] | None = None  # the index of the row pass being emitted
         self.rows = self.cols = ""  # reduction kernels: the C++ row count and row length
         self.cached: list[Node] = []  # reduction kernels: the values kept in row caches
+        self.hoisted: dict[str, str] = {}  # C++ dim expression -> the local holding it
+        self.window_interior = False  # windows along the innermost dim lie inside the input (no padding check)
 
     # -- small helpers --------------------------------------------------------
     def dim(self, d) -> str:
-        return self.names.expr(d)
+        # Dims with a floor division become function-level constants: inside a loop the
+        # call's branches keep GCC from vectorising even though the value is invariant.
+        text = self.names.expr(d)
+        if "disc_floordiv_i" not in text:
+            return text
+        if text not in self.hoisted:
+            self.hoisted[text] = f"dim{len(self.hoisted)}"
+        return self.hoisted[text]
+
+    def unhoist(self, text: str) -> str:
+        """``text`` with hoisted dims spelled out again (for conditions evaluated outside the kernel)."""
+        for expr, name in sorted(self.hoisted.items(), key=lambda kv: -int(kv[1][3:])):
+            text = re.sub(rf"\b{name}\b", expr, text)
+        return text
+
+    def prologue(self) -> list[str]:
+        """Declarations of the hoisted dims, to open the function with."""
+        return [f"  const int64_t {name} = {text};" for text, name in self.hoisted.items()]
 
     def shape(self, n: Node) -> tuple[str, ...]:
         return tuple(self.dim(d) for d in n.shape)
@@ -343,26 +366,43 @@ class _Emitter:
         acc = self.fresh("w")
         init = (REDUCE_INIT_INT if n.dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT)[kind].format(t=t)
         self.w(f"{t} {acc} = {init};")
-        local, conds, opened = [], [], 0
-        for d in range(rank):
-            w, s, dil, lo = n.attrs["window"][d], n.attrs["strides"][d], dilation[d], padding[d][0]
-            if (w, s, lo, padding[d][1]) == (1, 1, 0, 0):
-                local.append(out[d])
-                continue
-            k = self.fresh("k")
-            self.w(f"for (int64_t {k} = 0; {k} < {w}; ++{k}) {{")
-            self.w.depth += 1
-            opened += 1
-            pos = self.let("int64_t", f"{out[d]} * {s} + {k} * {dil} - {lo}", "p")
-            local.append(pos)
-            conds.append(f"{pos} >= 0 && {pos} < {self.dim(x.shape[d])}")
-        self.w(f"if ({' && '.join(conds) or 'true'}) {{")
-        self.w.depth += 1
+        # Positions in the padding are masked, not branched around: the load reads a
+        # clamped (always valid) position and a select drops it. In the interior of
+        # the innermost dim (see _window_split) neither is needed and loads are affine
+        # in j. Small windows are unrolled here: GCC vectorises only innermost loops,
+        # so window loops inside the j loop would keep it scalar.
+        windowed = [d for d in range(rank) if (n.attrs["window"][d], n.attrs["strides"][d], *padding[d]) != (1, 1, 0, 0)]
+        unroll = math.prod(n.attrs["window"][d] for d in windowed) <= WINDOW_UNROLL_MAX
+        offsets: dict[int, list[str]] = {}
+        opened = 0
+        for d in windowed:
+            if unroll:
+                offsets[d] = [str(k) for k in range(n.attrs["window"][d])]
+            else:
+                k = self.fresh("k")
+                self.w(f"for (int64_t {k} = 0; {k} < {n.attrs['window'][d]}; ++{k}) {{")
+                self.w.depth += 1
+                opened += 1
+                offsets[d] = [k]
         self.scopes.append({})
-        v = self.value(x, self._operand_idx(x, local))
-        self.w(REDUCE_STEP[kind].format(acc=acc, x=v) + ";")
+        for combo in itertools.product(*(offsets[d] for d in windowed)):
+            local, conds = list(out), []
+            for d, k in zip(windowed, combo):
+                s, dil, lo = n.attrs["strides"][d], dilation[d], padding[d][0]
+                shift = f"{int(k) * dil - lo}" if k.isdigit() else f"{k} * {dil} - {lo}"
+                pos = self.let("int64_t", f"{out[d]} * {s} + {shift}", "p")
+                if d == rank - 1 and self.window_interior:
+                    local[d] = pos
+                    continue
+                size = self.dim(x.shape[d])
+                conds.append(f"({pos} >= 0) & ({pos} < {size})")
+                local[d] = self.let("int64_t", f"std::max<int64_t>(std::min<int64_t>({pos}, {size} - 1), 0)", "c")
+            v = self.value(x, self._operand_idx(x, local))
+            if conds:  # `&`, not `&&`: a branch-free mask keeps the loop vectorisable
+                v = self.let(t, f"({' & '.join(conds)}) ? {v} : {t}({init})")
+            self.w(REDUCE_STEP[kind].format(acc=acc, x=v) + ";")
         self.scopes.pop()
-        for _ in range(opened + 1):
+        for _ in range(opened):
             self.w.depth -= 1
             self.w("}")
         return acc
@@ -427,16 +467,68 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool)
         em.w("for (int64_t r = 0; r < rows; ++r) {")
         em.w.depth += 1
         outer = em.dims_of(Idx(shape[:-1], None, "r"))
+        root_idx = Idx(shape, tuple(outer) + ("j",), "r * cols + j")
+        split = _window_split(em, root)
+        if split is not None:
+            # Border columns check the padding; the interior between them does not.
+            lo, hi = split
+            em.w(f"const int64_t j_lo = std::min<int64_t>({lo}, cols);")
+            em.w(f"const int64_t j_hi = std::max<int64_t>(std::min<int64_t>({hi}, cols), j_lo);")
+            for first, last, interior in (("0", "j_lo", False), ("j_lo", "j_hi", True), ("j_hi", "cols", False)):
+                em.window_interior = interior
+                em.w("#pragma omp simd")
+                em.w(f"for (int64_t j = {first}; j < {last}; ++j) {{")
+                em.w.depth += 1
+                em.scopes.append({})
+                _write_outputs(em, step, root, root_idx)
+                em.scopes.pop()
+                em.w.depth -= 1
+                em.w("}")
+            em.window_interior = False
+            em.w.depth -= 1
+            em.w("}")
+            return em
         em.w("#pragma omp simd")
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         em.scopes.append({})
-        root_idx = Idx(shape, tuple(outer) + ("j",), "r * cols + j")
     _write_outputs(em, step, root, root_idx)
     while em.w.depth > 1:
         em.w.depth -= 1
         em.w("}")
     return em
+
+
+def _window_split(em: _Emitter, root: Node) -> tuple[str, str] | None:
+    """The column range ``[lo, hi)`` in which every window of the group lies inside its input.
+
+    Only for groups of windowed reductions and elementwise ops whose values all have
+    the root's shape, so each reduce_window is read at the root's own index.
+    """
+    windows = [n for n in em.step.group.nodes if n.op == "reduce_window"]
+    if not windows:
+        return None
+    for n in em.step.group.nodes:
+        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert")):
+            return None
+    los, his = [], []
+    for n in windows:
+        if not em.c.prove_same_shape(n.shape, root.shape):
+            return None
+        d = len(n.shape) - 1
+        w, s = n.attrs["window"][d], n.attrs["strides"][d]
+        dil = (n.attrs["dilation"] or (1,) * len(n.shape))[d]
+        lo = (n.attrs["padding"] or ((0, 0),) * len(n.shape))[d][0]
+        if (w, s, lo) == (1, 1, 0):
+            continue
+        # j * s - lo >= 0 and j * s + (w - 1) * dil - lo <= size - 1
+        los.append(str(-(-lo // s)))
+        his.append(f"disc_floordiv_i({em.dim(n.inputs[0].shape[d])} - 1 + {lo - (w - 1) * dil}, {s}) + 1")
+    if not los:
+        return None
+    lo_expr = los[0] if len(los) == 1 else f"std::max<int64_t>({{{', '.join(los)}}})"
+    hi_expr = his[0] if len(his) == 1 else f"std::min<int64_t>({{{', '.join(his)}}})"
+    return lo_expr, hi_expr
 
 
 def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: list[Node] | None = None) -> None:
@@ -634,7 +726,7 @@ def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource
                 em = body(bool(no_broadcast), schedule)
             except Unsupported:
                 continue  # e.g. nothing worth caching
-            cond = _schedule_condition(schedule, em.rows, em.cols)
+            cond = _schedule_condition(schedule, em.unhoist(em.rows), em.unhoist(em.cols))
             if cond is not None:
                 label = f"no-broadcast {schedule}" if no_broadcast else schedule
                 versions.append((label, _conj(no_broadcast, cond), em))
@@ -656,7 +748,7 @@ def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource
         if len(versions) > 1:
             cached = f"; row cache holds the {', '.join(n.op for n in em.cached)} values" if em.cached else ""
             parts.append(f"// version {label}: when {cond}{cached}")
-        parts += [sig.replace(name, source.function(k)) + " {", *em.w.lines, "}"]
+        parts += [sig.replace(name, source.function(k)) + " {", *em.prologue(), *em.w.lines, "}"]
     source.text = "\n".join(parts)
     return source
 
