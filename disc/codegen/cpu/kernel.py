@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
@@ -103,7 +102,7 @@ class _Emitter:
         self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
         self.row_cache: dict[Node, str] = {}  # value -> per-row buffer holding it at every j of the row
         self.pass_dims: tuple[str, ...] | None = None  # the index of the row pass being emitted
-        self.rows = self.cols = ""  # reduction kernels: the C++ row count and row length
+        self.rows = self.cols = ""  # reduction kernels: the C++ row count and row length (host-evaluable)
         self.cached: list[Node] = []  # reduction kernels: the values kept in row caches
         self.hoisted: dict[str, str] = {}  # C++ dim expression -> the local holding it
         self.window_interior = False  # windows along the innermost dim lie inside the input (no padding check)
@@ -118,12 +117,6 @@ class _Emitter:
         if text not in self.hoisted:
             self.hoisted[text] = f"dim{len(self.hoisted)}"
         return self.hoisted[text]
-
-    def unhoist(self, text: str) -> str:
-        """``text`` with hoisted dims spelled out again (for conditions evaluated outside the kernel)."""
-        for expr, name in sorted(self.hoisted.items(), key=lambda kv: -int(kv[1][3:])):
-            text = re.sub(rf"\b{name}\b", expr, text)
-        return text
 
     def prologue(self) -> list[str]:
         """Declarations of the hoisted dims, to open the function with."""
@@ -359,8 +352,7 @@ class _Emitter:
         if kind not in ("max", "sum"):
             raise Unsupported(f"reduce_window kind {kind}")
         rank = len(n.shape)
-        padding = n.attrs["padding"] or ((0, 0),) * rank
-        dilation = n.attrs["dilation"] or (1,) * rank
+        window, strides, dilation, padding = _window_attrs(n)
         out = self.dims_of(idx)
         t = C_TYPES[n.dtype]
         acc = self.fresh("w")
@@ -371,16 +363,16 @@ class _Emitter:
         # the innermost dim (see _window_split) neither is needed and loads are affine
         # in j. Small windows are unrolled here: GCC vectorises only innermost loops,
         # so window loops inside the j loop would keep it scalar.
-        windowed = [d for d in range(rank) if (n.attrs["window"][d], n.attrs["strides"][d], *padding[d]) != (1, 1, 0, 0)]
-        unroll = math.prod(n.attrs["window"][d] for d in windowed) <= WINDOW_UNROLL_MAX
-        offsets: dict[int, list[str]] = {}
+        windowed = [d for d in range(rank) if (window[d], strides[d], *padding[d]) != (1, 1, 0, 0)]
+        unroll = math.prod(window[d] for d in windowed) <= WINDOW_UNROLL_MAX
+        offsets: dict[int, list[int | str]] = {}  # per windowed dim: the window positions, or a loop variable
         opened = 0
         for d in windowed:
             if unroll:
-                offsets[d] = [str(k) for k in range(n.attrs["window"][d])]
+                offsets[d] = list(range(window[d]))
             else:
                 k = self.fresh("k")
-                self.w(f"for (int64_t {k} = 0; {k} < {n.attrs['window'][d]}; ++{k}) {{")
+                self.w(f"for (int64_t {k} = 0; {k} < {window[d]}; ++{k}) {{")
                 self.w.depth += 1
                 opened += 1
                 offsets[d] = [k]
@@ -388,9 +380,9 @@ class _Emitter:
         for combo in itertools.product(*(offsets[d] for d in windowed)):
             local, conds = list(out), []
             for d, k in zip(windowed, combo):
-                s, dil, lo = n.attrs["strides"][d], dilation[d], padding[d][0]
-                shift = f"{int(k) * dil - lo}" if k.isdigit() else f"{k} * {dil} - {lo}"
-                pos = self.let("int64_t", f"{out[d]} * {s} + {shift}", "p")
+                lo = padding[d][0]
+                shift = f"{k * dilation[d] - lo}" if isinstance(k, int) else f"{k} * {dilation[d]} - {lo}"
+                pos = self.let("int64_t", f"{out[d]} * {strides[d]} + {shift}", "p")
                 if d == rank - 1 and self.window_interior:
                     local[d] = pos
                     continue
@@ -453,50 +445,48 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool)
     em = _Emitter(step, names, assume)
     root = step.group.nodes[-1]
     shape = em.shape(root)
-    total = c_product(list(shape))
     if not nested or len(shape) < 2:
-        em.w(f"const int64_t n = {total};")
+        em.w(f"const int64_t n = {c_product(list(shape))};")
         em.w(_parallel("n"))
         em.w("for (int64_t i = 0; i < n; ++i) {")
         em.w.depth += 1
-        root_idx = Idx(shape, None, "i")
-    else:
-        inner = shape[-1]
-        em.w(f"const int64_t rows = {c_product(list(shape[:-1]))}, cols = {inner};")
-        em.w(_parallel("rows * cols"))
-        em.w("for (int64_t r = 0; r < rows; ++r) {")
-        em.w.depth += 1
-        outer = em.dims_of(Idx(shape[:-1], None, "r"))
-        root_idx = Idx(shape, tuple(outer) + ("j",), "r * cols + j")
-        split = _window_split(em, root)
-        if split is not None:
-            # Border columns check the padding; the interior between them does not.
-            lo, hi = split
-            em.w(f"const int64_t j_lo = std::min<int64_t>({lo}, cols);")
-            em.w(f"const int64_t j_hi = std::max<int64_t>(std::min<int64_t>({hi}, cols), j_lo);")
-            for first, last, interior in (("0", "j_lo", False), ("j_lo", "j_hi", True), ("j_hi", "cols", False)):
-                em.window_interior = interior
-                em.w("#pragma omp simd")
-                em.w(f"for (int64_t j = {first}; j < {last}; ++j) {{")
-                em.w.depth += 1
-                em.scopes.append({})
-                _write_outputs(em, step, root, root_idx)
-                em.scopes.pop()
-                em.w.depth -= 1
-                em.w("}")
-            em.window_interior = False
-            em.w.depth -= 1
-            em.w("}")
-            return em
-        em.w("#pragma omp simd")
-        em.w("for (int64_t j = 0; j < cols; ++j) {")
-        em.w.depth += 1
-        em.scopes.append({})
-    _write_outputs(em, step, root, root_idx)
-    while em.w.depth > 1:
+        _write_outputs(em, step, root, Idx(shape, None, "i"))
         em.w.depth -= 1
         em.w("}")
+        return em
+    em.w(f"const int64_t rows = {c_product(list(shape[:-1]))}, cols = {shape[-1]};")
+    em.w(_parallel("rows * cols"))
+    em.w("for (int64_t r = 0; r < rows; ++r) {")
+    em.w.depth += 1
+    outer = em.dims_of(Idx(shape[:-1], None, "r"))
+    root_idx = Idx(shape, tuple(outer) + ("j",), "r * cols + j")
+    columns = [("0", "cols", False)]  # (first, end, inside every window) column ranges
+    split = _window_split(em, root)
+    if split is not None:
+        # Border columns check the padding; the interior between them does not.
+        em.w(f"const int64_t j_lo = std::min<int64_t>({split[0]}, cols);")
+        em.w(f"const int64_t j_hi = std::max<int64_t>(std::min<int64_t>({split[1]}, cols), j_lo);")
+        columns = [("0", "j_lo", False), ("j_lo", "j_hi", True), ("j_hi", "cols", False)]
+    for first, end, interior in columns:
+        em.window_interior = interior
+        em.w("#pragma omp simd")
+        em.w(f"for (int64_t j = {first}; j < {end}; ++j) {{")
+        em.w.depth += 1
+        em.scopes.append({})
+        _write_outputs(em, step, root, root_idx)
+        em.scopes.pop()
+        em.w.depth -= 1
+        em.w("}")
+    em.window_interior = False
+    em.w.depth -= 1
+    em.w("}")
     return em
+
+
+def _window_attrs(n: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """A reduce_window's window, strides, dilation and (low, high) padding per dim, defaults filled in."""
+    rank = len(n.shape)
+    return n.attrs["window"], n.attrs["strides"], n.attrs["dilation"] or (1,) * rank, n.attrs["padding"] or ((0, 0),) * rank
 
 
 def _window_split(em: _Emitter, root: Node) -> tuple[str, str] | None:
@@ -516,9 +506,8 @@ def _window_split(em: _Emitter, root: Node) -> tuple[str, str] | None:
         if not em.c.prove_same_shape(n.shape, root.shape):
             return None
         d = len(n.shape) - 1
-        w, s = n.attrs["window"][d], n.attrs["strides"][d]
-        dil = (n.attrs["dilation"] or (1,) * len(n.shape))[d]
-        lo = (n.attrs["padding"] or ((0, 0),) * len(n.shape))[d][0]
+        window, strides, dilation, padding = _window_attrs(n)
+        w, s, dil, lo = window[d], strides[d], dilation[d], padding[d][0]
         if (w, s, lo) == (1, 1, 0):
             continue
         # j * s - lo >= 0 and j * s + (w - 1) * dil - lo <= size - 1
@@ -582,8 +571,11 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     shape = em.shape(domain)
     outer_axes = [k for k in range(len(shape)) if k not in rdims]
     trailing = list(rdims) == list(range(len(shape) - len(rdims), len(shape)))
-    em.rows = c_product([shape[k] for k in outer_axes])
-    em.cols = c_product([shape[k] for k in rdims])
+    # Spelled from the dims themselves, not the hoisted locals: the schedule conditions
+    # built from these are evaluated by the host, outside the kernel function.
+    spelled = [names.expr(d) for d in domain.shape]
+    em.rows = c_product([spelled[k] for k in outer_axes])
+    em.cols = c_product([spelled[k] for k in rdims])
     split = schedule == "split-row"
     em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
     if not split:
@@ -726,7 +718,7 @@ def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource
                 em = body(bool(no_broadcast), schedule)
             except Unsupported:
                 continue  # e.g. nothing worth caching
-            cond = _schedule_condition(schedule, em.unhoist(em.rows), em.unhoist(em.cols))
+            cond = _schedule_condition(schedule, em.rows, em.cols)
             if cond is not None:
                 label = f"no-broadcast {schedule}" if no_broadcast else schedule
                 versions.append((label, _conj(no_broadcast, cond), em))

@@ -191,14 +191,15 @@ def _record_failure(gm: torch.fx.GraphModule, error: Exception, start: float) ->
         compile_seconds=time.perf_counter() - start,
     )
     record_report(report)
-    if _debug():
+    if _env_set("DISC_DEBUG"):
         traceback.print_exception(error)
 
 
-def _debug() -> bool:
+def _env_set(name: str) -> bool:
+    """Is the environment flag ``name`` set (to anything but empty or 0)?"""
     import os
 
-    return os.environ.get("DISC_DEBUG", "") not in ("", "0")
+    return os.environ.get(name, "") not in ("", "0")
 
 
 def register() -> None:
@@ -224,10 +225,7 @@ def _turn_off_duck_sizing() -> None:
     (still correct; possibly more general code). ``DISC_DUCK_SHAPE=1`` keeps
     torch's default.
     """
-    import os
-
     import torch.fx.experimental._config as fx_config
 
-    if os.environ.get("DISC_DUCK_SHAPE", "") not in ("", "0"):
-        return
-    fx_config.use_duck_shape = False
+    if not _env_set("DISC_DUCK_SHAPE"):
+        fx_config.use_duck_shape = False
