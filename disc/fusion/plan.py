@@ -142,10 +142,51 @@ class _Planner:
                 nodes.sort(key=self.order.get)
                 dup = sorted((m for m in nodes if len(self.absorbed.get(m, ())) > 1), key=self.order.get)
                 groups.append(FusionGroup(self._kind(nodes), nodes, dup))
-        groups.sort(key=lambda grp: self.order[grp.root])
+        groups = self._schedule(groups)
         # An edge refused while pulling may have been joined later through another path.
         refused = [r for r in self.refused if self.group_of.get(r.producer) != self.group_of.get(r.consumer)]
         return FusionPlan(groups, refused)
+
+    def _schedule(self, groups: list[FusionGroup]) -> list[FusionGroup]:
+        """Groups in an order that computes every value before it is read.
+
+        Program order of the roots, except that a group runs before any group
+        reading one of its values: a group may write a value early in the program
+        (an attention GEMM's operand) from the same loop as a late one (that
+        operand transposed and saved for the backward graph).
+        """
+        import heapq
+
+        writer: dict[Node, int] = {}
+        for k, grp in enumerate(groups):
+            for n in grp.nodes:
+                if _fusible_kind(n) != "cheap" or len(grp.nodes) == 1:
+                    writer[n] = k
+        after: dict[int, set[int]] = {k: set() for k in range(len(groups))}
+        for k, grp in enumerate(groups):
+            inside = set(grp.nodes)
+            for n in grp.nodes:
+                for x in n.inputs:
+                    w = writer.get(x)
+                    if x not in inside and w is not None and w != k:
+                        after[k].add(w)
+        readers: dict[int, list[int]] = {k: [] for k in after}
+        for k, deps in after.items():
+            for w in deps:
+                readers[w].append(k)
+        waiting = {k: len(deps) for k, deps in after.items()}
+        ready = [(self.order[grp.root], k) for k, grp in enumerate(groups) if not waiting[k]]
+        heapq.heapify(ready)
+        ordered: list[FusionGroup] = []
+        while ready:
+            _, k = heapq.heappop(ready)
+            ordered.append(groups[k])
+            for r in readers[k]:
+                waiting[r] -= 1
+                if not waiting[r]:
+                    heapq.heappush(ready, (self.order[groups[r].root], r))
+        assert len(ordered) == len(groups), "fusion groups depend on each other in a cycle"
+        return ordered
 
     def _pull(self, n: Node, via: Node, seen: set[Node]) -> None:
         """Fuse the producers of ``via`` (``n`` itself, or a cheap op absorbed into n's group) into n's group."""
@@ -173,6 +214,8 @@ class _Planner:
                 self.refused.append(Refusal(p, via, f"element counts not provably equal ({spaces[0]} vs {spaces[1]})"))
             elif not self._one_row_space(gp, gn):
                 self.refused.append(Refusal(p, via, "their reductions reduce rows of different lengths"))
+            elif self._transposes_reduced_rows(gp, gn):
+                self.refused.append(Refusal(p, via, "a transpose would read reduction results at rows other than the one being computed"))
             elif self._creates_cycle(gp, gn):
                 self.refused.append(Refusal(p, via, "one kernel would depend on itself through another kernel"))
             else:
@@ -209,6 +252,30 @@ class _Planner:
         """A kernel reduces over one row space: all its reductions provably consume equal element counts."""
         rows = [self._spaces_of(m)[1] for m in self.members[a] + self.members[b] if _fusible_kind(m) == "reduction"]
         return all(self.c.prove_equal(rows[0], r) for r in rows[1:])
+
+    def _transposes_reduced_rows(self, a: int, b: int) -> bool:
+        """Would the merged group transpose a value computed from its own reductions?
+
+        A row kernel finishes one row's reductions before it uses them; a transpose
+        downstream would need other rows' results (a softmax saved transposed for
+        the backward GEMM), so it becomes a kernel of its own.
+        """
+        merged = set(self.members[a]) | set(self.members[b])
+        if not any(_fusible_kind(m) == "reduction" for m in merged):
+            return False
+        for t in merged:
+            if t.op != "transpose" or list(t.attrs["perm"]) == sorted(t.attrs["perm"]):
+                continue
+            stack, seen = list(t.inputs), set()
+            while stack:
+                x = stack.pop()
+                if x in seen or x not in merged:
+                    continue
+                seen.add(x)
+                if _fusible_kind(x) == "reduction":
+                    return True
+                stack.extend(x.inputs)
+        return False
 
     def _kind(self, nodes: list[Node]) -> str:
         if len(nodes) == 1:

@@ -211,6 +211,31 @@ def test_attention_gemms_read_heads_through_strides_and_need_no_copy_kernel():
     assert text.count("ral->gemm(") == 4  # qkv, scores, context, output projection
 
 
+class AttentionSavingForBackward(Attention):
+    """What a training forward returns: the result plus values its backward reads, some transposed."""
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        mean = x.mean(-1, keepdim=True)
+        rstd = torch.rsqrt((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5)
+        normed = (x - mean) * rstd
+        q, k, v = self.qkv(normed).split(self.h * self.d, dim=-1)
+        heads = [z.view(b, t, self.h, self.d).transpose(1, 2) for z in (q, k, v)]
+        p = torch.softmax(heads[0] @ heads[1].transpose(-1, -2) / self.d**0.5, dim=-1)
+        out = self.o((p @ heads[2]).transpose(1, 2).reshape(b, t, self.h * self.d))
+        # normed flattened (a reshape written by the norm's row kernel), its row statistics,
+        # the probabilities transposed (rows other than the one the softmax computes), and
+        # v transposed (written by the loop that also feeds the context GEMM, which runs earlier).
+        return out, normed.reshape(b * t, -1), mean, rstd, p.transpose(-1, -2), heads[2].transpose(-1, -2)
+
+
+def test_values_saved_for_backward_come_out_of_their_kernels_in_order():
+    m = AttentionSavingForBackward()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    for b, t in [(1, 1), (2, 5), (3, 17), (1, 64)]:
+        _check(cm, m, (torch.randn(b, t, 32),), tol=1e-4)
+
+
 def test_convolution_and_pooling_through_the_library():
     m = ConvPool()
     cm = _compile(m, (torch.randn(1, 3, 16, 16),), {"x": {0: "n", 2: "h", 3: "w"}})

@@ -112,3 +112,35 @@ def test_refused_edges_name_the_rule_that_kept_them_apart() -> None:
     # Every refusal is an edge between two different groups in the final plan.
     group_of = {n: k for k, g in enumerate(plan.groups) for n in g.nodes}
     assert all(group_of.get(r.producer) != group_of.get(r.consumer) for r in plan.refused)
+
+
+def test_transposed_softmax_is_not_fused_into_the_row_kernel() -> None:
+    class SoftmaxBothWays(torch.nn.Module):
+        def forward(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            p = torch.softmax(s, dim=-1)
+            return p, p.transpose(-1, -2) * 2.0  # reads other rows' results
+
+    plan = plan_of(SoftmaxBothWays(), (torch.randn(2, 7, 7),), {"s": {0: "b", 1: "q", 2: "k"}})
+    stitch = [g for g in plan.groups if g.kind == "stitch"]
+    assert len(stitch) == 1 and not any(n.op == "transpose" for n in stitch[0].nodes)
+    assert any("rows other than the one being computed" in r.reason for r in plan.refused)
+
+
+def test_groups_run_after_the_groups_they_read() -> None:
+    class EarlyAndLate(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            v = torch.relu(x) + 1.0  # feeds a GEMM early and a transposed output at the end
+            out = torch.exp(self.linear(v)).sum(-1)
+            return out, v.transpose(0, 1)
+
+    plan = plan_of(EarlyAndLate(), (torch.randn(5, 8),), {"x": {0: "rows"}})
+    position = {n: k for k, g in enumerate(plan.groups) for n in g.nodes}
+    for k, g in enumerate(plan.groups):
+        for n in g.nodes:
+            for x in n.inputs:
+                if x in position and x not in g.nodes:
+                    assert position[x] < k, f"group {k} reads %{x.name} computed by group {position[x]}"

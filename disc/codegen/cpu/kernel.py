@@ -524,8 +524,16 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
     for i, out in enumerate(step.outputs):
         if only is not None and out not in only:
             continue
+        source = out
+        while source.op == "reshape" and source in em.members:
+            source = source.inputs[0]  # a reshape keeps the linear order: out[k] = source[k]
         if em.c.prove_same_shape(out.shape, space.shape):
             at = idx
+        elif source is not out and em.c.prove_same_shape(source.shape, space.shape):
+            # Read the source at the space's own index, so row values (a LayerNorm's
+            # statistics) are found at the row being computed rather than re-derived.
+            em.w(f"out{i}[{em.linear_of(idx)}] = {em.value(source, idx)};")
+            continue
         elif em.c.prove_same_numel(out.shape, space.shape):
             at = Idx(em.shape(out), None, em.linear_of(idx))
         else:

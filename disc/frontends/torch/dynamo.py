@@ -41,22 +41,68 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
     state_values = list(params.values()) + list(buffers.values())
     start = time.perf_counter()
 
-    def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
-        try:
-            return _compile_aten(fx_gm, fx_inputs, user_names, state_values, n_state, start)
-        except Exception as e:  # never break the user's model: run this graph in PyTorch
-            _record_failure(gm, e, start)
-            return _boxed(fx_gm)
+    outcomes: list[bool] = []  # per compiled graph: did disc compile it?
 
-    compiled = aot_module_simplified(gm, list(example_inputs), fw_compiler=fw_compiler, decompositions=core_aten_decompositions())
-    if _last_report_compiled():
+    def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return _compile_or_keep(gm, fx_gm, fx_inputs, start, "forward", user_names, state_values, n_state, outcomes)
+
+    def bw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
+        # The backward graph's inputs are the tensors the forward saved and the output
+        # gradients (AOTAutograd names them), its outputs the input gradients.
+        return _compile_or_keep(gm, fx_gm, fx_inputs, start, "backward", [], [], 0, outcomes)
+
+    compiled = aot_module_simplified(
+        gm,
+        list(example_inputs),
+        fw_compiler=fw_compiler,
+        bw_compiler=bw_compiler,
+        partition_fn=_partitioner(),
+        decompositions=core_aten_decompositions(),
+    )
+    # AOTAutograd compiles the backward lazily or at once depending on the torch version;
+    # only a graph disc compiled (forward, and backward once it exists) may drop torch's
+    # size-1 assumptions.
+    if all(outcomes) and outcomes:
         _drop_zero_one_specialisation(example_inputs)
     return compiled
 
 
-def _last_report_compiled() -> bool:
-    rs = _reports_from_dynamo()
-    return bool(rs) and rs[-1].graph.name != "not_compiled"
+def _compile_or_keep(
+    gm: torch.fx.GraphModule,
+    fx_gm: torch.fx.GraphModule,
+    fx_inputs: Sequence[Any],
+    start: float,
+    kind: str,
+    user_names: list[str],
+    state_values: list[torch.Tensor],
+    n_state: int,
+    outcomes: list[bool],
+) -> Callable[..., Any]:
+    try:
+        compiled = _compile_aten(fx_gm, fx_inputs, user_names, state_values, n_state, start, kind)
+    except Exception as e:  # never break the user's model: run this graph in PyTorch
+        _record_failure(gm, e, start, kind)
+        outcomes.append(False)
+        return _boxed(fx_gm)
+    outcomes.append(True)
+    return compiled
+
+
+def _partitioner() -> Callable[..., Any]:
+    """How AOTAutograd splits a training graph into forward and backward.
+
+    The min-cut partitioner saves fewer activations (cheap ops are recomputed in
+    the backward); ``DISC_PARTITIONER=default`` saves every needed activation.
+    The benchmark suite measures both (``benchmarks/training.py``).
+    """
+    import functools
+    import os
+
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
+    if os.environ.get("DISC_PARTITIONER", "min_cut") == "default":
+        return default_partition
+    return functools.partial(min_cut_rematerialization_partition, compiler="inductor")
 
 
 def _drop_zero_one_specialisation(example_inputs: Sequence[Any]) -> None:
@@ -120,6 +166,7 @@ def _compile_aten(
     state_values: list[torch.Tensor],
     n_state: int,
     start: float,
+    kind: str = "forward",
 ) -> Callable[..., Any]:
     from torch._functorch.aot_autograd import make_boxed_func
 
@@ -147,11 +194,11 @@ def _compile_aten(
         dims = {axis: str(d.node.expr) for axis, d in enumerate(val.shape) if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
         specs.append(InputSpec(name, dims))
         tensor_positions.append(pos)
-    importer = import_fx(fx_gm, specs, constants, name="dynamo_graph")
+    importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True)
     graph = run_pipeline(importer.graph)
     executor, choice = make_executor(graph, importer.fallbacks)
     report = CompileReport(
-        name=f"torch.compile graph {len(_reports_from_dynamo()) + 1}",
+        name=f"torch.compile graph {len(_reports_from_dynamo()) + 1}" + ("" if kind == "forward" else f" ({kind})"),
         source="torch.compile",
         graph=graph,
         fallbacks=dict(importer.fallback_counts),
@@ -160,17 +207,70 @@ def _compile_aten(
     )
     record_report(report)
     names = [s.name for s in specs]
+    host_outputs = _HostOutputs(placeholders, fx_inputs, importer.output_layout)
 
     from disc.runtime.checks import check_inputs
 
-    def run(*args: Any) -> list[torch.Tensor]:
+    def run(*args: Any) -> list[Any]:
         tensors = [args[p] for p in tensor_positions]
         check_inputs(graph, names, tensors)
         report.calls += 1
         with torch.no_grad():
-            return executor.run(tensors)
+            outs = executor.run(tensors)
+        return host_outputs.assemble(outs, args)
 
     return make_boxed_func(run)
+
+
+class _HostOutputs:
+    """The outputs of an AOTAutograd graph that are not tensors disc computes.
+
+    A backward graph returns ``None`` for inputs without a gradient; a training
+    forward returns the sizes its backward needs. Sizes are torch expressions
+    over the graph's size symbols, evaluated from the actual arguments.
+    """
+
+    def __init__(self, placeholders: list[torch.fx.Node], fx_inputs: Sequence[Any], layout: list[Any]) -> None:
+        import sympy
+
+        self.layout = layout
+        self.trivial = all(isinstance(x, int) for x in layout) and layout == list(range(len(layout)))
+        where: dict[sympy.Symbol, tuple[int, int | None]] = {}  # symbol -> (argument, axis or None)
+        for pos, val in enumerate(fx_inputs):
+            if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
+                where.setdefault(val.node.expr, (pos, None))
+            elif isinstance(val, torch.Tensor):
+                for axis, d in enumerate(val.shape):
+                    if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                        where.setdefault(d.node.expr, (pos, axis))
+        self.sizes: dict[int, tuple[Callable[..., int], list[tuple[int, int | None]]]] = {}
+        for k, item in enumerate(layout):
+            if isinstance(item, torch.fx.Node):
+                val = item.meta.get("val")
+                if isinstance(val, torch.SymInt):
+                    expr = val.node.expr
+                    symbols = sorted(expr.free_symbols, key=str)
+                    missing = [s for s in symbols if s not in where]
+                    if missing:
+                        raise ValueError(f"output size {expr} uses {missing}, which no input carries")
+                    self.sizes[k] = (sympy.lambdify(symbols, expr, modules="math"), [where[s] for s in symbols])
+                else:
+                    raise ValueError(f"graph output {item.name} is neither a tensor nor a size")
+
+    def assemble(self, outs: list[torch.Tensor], args: Sequence[Any]) -> list[Any]:
+        if self.trivial:
+            return outs
+        result: list[Any] = []
+        for k, item in enumerate(self.layout):
+            if isinstance(item, int):
+                result.append(outs[item])
+            elif k in self.sizes:
+                fn, sources = self.sizes[k]
+                values = [args[p] if axis is None else args[p].shape[axis] for p, axis in sources]
+                result.append(int(fn(*values)))
+            else:
+                result.append(item)  # None, or a literal
+        return result
 
 
 def _reports_from_dynamo() -> list[Any]:
@@ -179,12 +279,12 @@ def _reports_from_dynamo() -> list[Any]:
     return [r for r in reports() if r.source == "torch.compile"]
 
 
-def _record_failure(gm: torch.fx.GraphModule, error: Exception, start: float) -> None:
+def _record_failure(gm: torch.fx.GraphModule, error: Exception, start: float, kind: str = "forward") -> None:
     from disc.api import CompileReport, record_report
     from disc.ir.graph import Graph
 
     report = CompileReport(
-        name=f"torch.compile graph (NOT compiled: {type(error).__name__}: {error})",
+        name=f"torch.compile graph ({kind}, NOT compiled: {type(error).__name__}: {error})",
         source="torch.compile",
         graph=Graph(name="not_compiled"),
         fallbacks={"<whole graph>": 1},

@@ -77,6 +77,7 @@ class Importer:
         self.fallbacks: dict[str, Fallback] = {}
         self.fallback_counts: dict[str, int] = {}
         self.env: dict[torch.fx.Node, Any] = {}
+        self.output_layout: list[Any] = []  # per FX output: graph output index, or the FX value itself
 
     # -- symbols and index values -------------------------------------------------------
     def sym_to_expr(self, s: Any) -> DimLike:
@@ -225,11 +226,16 @@ def import_fx(
     *,
     name: str = "main",
     symbol_hints: dict[Any, str] | None = None,
+    allow_host_outputs: bool = False,
 ) -> Importer:
     """Import an ATen FX graph.
 
     ``inputs`` names the user inputs in placeholder order; placeholders listed
     in ``constants`` (parameters, buffers, lifted constants) become constants.
+    With ``allow_host_outputs``, outputs that are not tensors (``None`` gradients,
+    sizes a training forward saves for its backward) are left to the caller:
+    ``output_layout`` says, per FX output, which graph output it is (an int) or
+    which FX value the host must supply instead.
     """
     from disc.frontends.torch.lowering import LOWERINGS, SYMINT_OPS
 
@@ -273,7 +279,15 @@ def import_fx(
         elif node.op == "output":
             outs = node.args[0]
             flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-            g.outputs = [imp.env[o] if isinstance(imp.env.get(o), Node) else _as_output(imp, imp.env[o]) for o in flat]
+            g.outputs = []
+            for o in flat:
+                if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor):
+                    imp.output_layout.append(len(g.outputs))
+                    g.outputs.append(imp.env[o] if isinstance(imp.env.get(o), Node) else _as_output(imp, imp.env[o]))
+                elif allow_host_outputs:
+                    imp.output_layout.append(o)
+                else:
+                    raise LoweringError(f"graph output {o!r} is not a tensor")
     return imp
 
 
