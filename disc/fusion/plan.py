@@ -213,9 +213,9 @@ class _Planner:
                 spaces = [" / ".join(dict.fromkeys(str(x) for x in self.spaces[g])) for g in (gp, gn)]
                 self.refused.append(Refusal(p, via, f"element counts not provably equal ({spaces[0]} vs {spaces[1]})"))
             elif not self._one_row_space(gp, gn):
-                self.refused.append(Refusal(p, via, "their reductions reduce rows of different lengths"))
+                self.refused.append(Refusal(p, via, "their reductions reduce different rows (other dims or lengths)"))
             elif self._transposes_reduced_rows(gp, gn):
-                self.refused.append(Refusal(p, via, "a transpose would read reduction results at rows other than the one being computed"))
+                self.refused.append(Refusal(p, via, "a transpose or reshape would read reduction results at rows other than the one being computed"))
             elif self._creates_cycle(gp, gn):
                 self.refused.append(Refusal(p, via, "one kernel would depend on itself through another kernel"))
             else:
@@ -249,22 +249,38 @@ class _Planner:
         return any(self.c.prove_equal(x, y) for x in self.spaces[a] for y in self.spaces[b])
 
     def _one_row_space(self, a: int, b: int) -> bool:
-        """A kernel reduces over one row space: all its reductions provably consume equal element counts."""
-        rows = [self._spaces_of(m)[1] for m in self.members[a] + self.members[b] if _fusible_kind(m) == "reduction"]
-        return all(self.c.prove_equal(rows[0], r) for r in rows[1:])
+        """A kernel reduces over one row space: all its reductions reduce the same dims of equal shapes.
+
+        (A LayerNorm backward reduces the same tensor along rows for the input
+        gradient and along columns for the weight gradient: two kernels.)
+        """
+        reductions = [m for m in self.members[a] + self.members[b] if _fusible_kind(m) == "reduction"]
+        if not reductions:
+            return True
+        first = reductions[0]
+
+        def reduced(r: Node) -> tuple[int, ...]:
+            rank = max(len(r.inputs[0].shape), 1)
+            return tuple(sorted(d % rank for d in r.attrs["dims"]))
+
+        return all(
+            reduced(r) == reduced(first) and self.c.prove_same_shape(r.inputs[0].shape, first.inputs[0].shape) for r in reductions[1:]
+        )
 
     def _transposes_reduced_rows(self, a: int, b: int) -> bool:
-        """Would the merged group transpose a value computed from its own reductions?
+        """Would the merged group transpose (or reshape) a value computed from its own reductions?
 
         A row kernel finishes one row's reductions before it uses them; a transpose
         downstream would need other rows' results (a softmax saved transposed for
-        the backward GEMM), so it becomes a kernel of its own.
+        the backward GEMM), so it becomes a kernel of its own. So does a reshape
+        read inside the kernel (grouped-query attention's backward sums the heads
+        sharing a key, then reshapes the sum for the rotary embedding).
         """
         merged = set(self.members[a]) | set(self.members[b])
         if not any(_fusible_kind(m) == "reduction" for m in merged):
             return False
         for t in merged:
-            if t.op != "transpose" or list(t.attrs["perm"]) == sorted(t.attrs["perm"]):
+            if not self._moves_rows(t, merged):
                 continue
             stack, seen = list(t.inputs), set()
             while stack:
@@ -275,6 +291,20 @@ class _Planner:
                 if _fusible_kind(x) == "reduction":
                     return True
                 stack.extend(x.inputs)
+        return False
+
+    def _moves_rows(self, t: Node, merged: set[Node]) -> bool:
+        """Does ``t`` read its operand at positions other than its own row?
+
+        A transpose does; so does a reshape that changes the shape and is read
+        again inside the kernel (a reshape that is only written out keeps the
+        linear order, and the kernel writes it at the row's own position).
+        """
+        if t.op == "transpose":
+            return list(t.attrs["perm"]) != sorted(t.attrs["perm"])
+        if t.op == "reshape":
+            inside = any(u in merged for u in self.users[t])
+            return inside and not self.c.prove_same_shape(t.shape, t.inputs[0].shape)
         return False
 
     def _kind(self, nodes: list[Node]) -> str:

@@ -86,6 +86,12 @@ class Movement(nn.Module):
         return a + b, c.transpose(1, 2).contiguous()
 
 
+class ConcatThree(nn.Module):
+    def forward(self, x, y):
+        # Three parts: the third's offset is a sum (x's width + y's width).
+        return torch.cat([x, y * 2, x - 1], dim=-1), torch.cat([y, x[:, :1], y], dim=1)
+
+
 class Attention(nn.Module):
     def __init__(self, h: int = 4, d: int = 8) -> None:
         super().__init__()
@@ -195,6 +201,13 @@ def test_movement_ops_slice_concat_pad_index_select_transpose():
     cm = _compile(m, (torch.randn(3, 4, 5), torch.tensor([0, 2])), {"x": {0: "a", 1: "s", 2: "n"}, "ids": {0: "k"}})
     for a, s, n, k in [(1, 1, 1, 1), (3, 4, 5, 2), (5, 9, 3, 7)]:
         _check(cm, m, (torch.randn(a, s, n), torch.randint(0, a, (k,))))
+
+
+def test_concat_of_three_parts_at_dynamic_offsets():
+    m = ConcatThree()
+    cm = _compile(m, (torch.randn(2, 3), torch.randn(2, 4)), {"x": {0: "b", 1: "n"}, "y": {0: "b", 1: "k"}})
+    for b, n, k in [(1, 1, 1), (2, 3, 4), (3, 7, 2), (1, 64, 5)]:
+        _check(cm, m, (torch.randn(b, n), torch.randn(b, k)))
 
 
 def test_attention_gemms_read_heads_through_strides_and_need_no_copy_kernel():

@@ -106,7 +106,7 @@ def test_refused_edges_name_the_rule_that_kept_them_apart() -> None:
     plan = plan_of(Mixed(), (torch.randn(3, 8), torch.randn(5)), {"x": {0: "a"}, "y": {0: "b"}})
     reasons = {(r.producer.op, r.reason.split(" (")[0]) for r in plan.refused}
     assert ("dot_general", "the producer is a library call") in reasons
-    assert ("reduce", "their reductions reduce rows of different lengths") in reasons
+    assert ("reduce", "their reductions reduce different rows") in reasons
     described = plan.describe()
     assert "edges not fused" in described and "-/->" in described
     # Every refusal is an edge between two different groups in the final plan.

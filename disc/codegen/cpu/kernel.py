@@ -323,7 +323,7 @@ class _Emitter:
         for k, x in enumerate(n.inputs):
             size = self.dim(x.shape[axis])
             local = list(dims)
-            local[axis] = dims[axis] if offset == "0" else f"({dims[axis]} - {offset})"
+            local[axis] = dims[axis] if offset == "0" else f"({dims[axis]} - {_atomic(offset)})"
             end = size if offset == "0" else f"{offset} + {size}"
             last = k == len(n.inputs) - 1
             cases.append((None if last else f"{dims[axis]} < {end}", lambda x=x, local=local: self.value(x, self._operand_idx(x, local))))
@@ -688,10 +688,13 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     for i, o in enumerate(step.outputs):
         if o in row_outputs:
             r = reductions[0]
-            if not em.c.prove_same_shape(o.shape, r.shape):
+            source = o
+            while source.op == "reshape" and source in em.members:
+                source = source.inputs[0]  # a reshaped row value (a bias gradient [1, n] -> [n]): same order
+            if not em.c.prove_same_shape(source.shape, r.shape):
                 raise Unsupported(f"output %{o.name} {o.type} is neither the row space {r.type} nor the reduced space")
-            at = Idx(em.shape(o), row_of[r])
-            v = em.value(o, at)
+            at = Idx(em.shape(source), row_of[r])
+            v = em.value(source, at)
             em.w(f"out{i}[{em.linear_of(at)}] = {v};")
     if full_outputs:
         em.w("#pragma omp parallel for simd schedule(static)" if split else "#pragma omp simd")
@@ -707,8 +710,74 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     return em
 
 
+SCATTER_BLOCK = 16  # columns one thread owns in a scatter: distinct columns never collide
+
+
+def _scatter_body(step: KernelStep, names: SymbolNames) -> _Emitter:
+    """``scatter_add``: copy ``x``, then add each ``src`` element at the row its index names.
+
+    Written push-style (each source element adds into the output), unlike the
+    other kernels, which compute an output element from its operands. Threads
+    own blocks of the dims after the axis, and of those before it: two
+    elements there never add into the same output element, so no atomics are
+    needed; the axis itself is walked in order, so the sum order is fixed and
+    results are reproducible. An index outside the output (which PyTorch
+    reports as an error) adds nothing rather than writing out of bounds.
+    """
+    em = _Emitter(step, names, False)
+    (n,) = step.group.nodes
+    x, index, src = n.inputs
+    rank = len(n.shape)
+    axis = n.attrs["axis"] % rank
+    out_shape, it_shape = em.shape(n), em.shape(index)
+    em.w(f"const int64_t n = {c_product(list(out_shape))};")
+    em.w(_parallel("n"))
+    em.w("for (int64_t i = 0; i < n; ++i) {")
+    em.w.depth += 1
+    em.scopes.append({})
+    em.w(f"out0[i] = {em.value(x, Idx(out_shape, None, 'i'))};")
+    em.scopes.pop()
+    em.w.depth -= 1
+    em.w("}")
+    outer, inner = list(it_shape[:axis]), list(it_shape[axis + 1 :])
+    em.w(f"const int64_t outer = {c_product(outer)}, len = {it_shape[axis]}, inner = {c_product(inner)};")
+    em.w(f"const int64_t blocks = (inner + {SCATTER_BLOCK - 1}) / {SCATTER_BLOCK};")
+    em.w(_parallel("outer * len * inner"))
+    em.w("for (int64_t t = 0; t < outer * blocks; ++t) {")
+    em.w.depth += 1
+    em.w(f"const int64_t o = t / blocks, j0 = (t % blocks) * {SCATTER_BLOCK};")
+    em.w(f"const int64_t j1 = std::min<int64_t>(j0 + {SCATTER_BLOCK}, inner);")
+    outer_dims = em.dims_of(Idx(tuple(outer), None, "o")) if outer else ()
+    em.w("for (int64_t k = 0; k < len; ++k) {")
+    em.w.depth += 1
+    em.w("for (int64_t j = j0; j < j1; ++j) {")
+    em.w.depth += 1
+    em.scopes.append({})
+    inner_dims = em.dims_of(Idx(tuple(inner), None, "j")) if inner else ()
+    dims = (*outer_dims, "k", *inner_dims)
+    g = em.value(index, Idx(it_shape, dims))
+    v = em.value(src, em._operand_idx(src, list(dims)))
+    size = em.dim(n.shape[axis])
+    row = em.let("int64_t", f"{g} < 0 ? {g} + {size} : int64_t({g})", "g")
+    target = list(dims)
+    target[axis] = row
+    at = em.linear_of(Idx(out_shape, tuple(target)))
+    em.w(f"if (static_cast<uint64_t>({row}) < static_cast<uint64_t>({size})) out0[{at}] += {v};")
+    em.scopes.pop()
+    for _ in range(3):
+        em.w.depth -= 1
+        em.w("}")
+    return em
+
+
 def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource:
     """The C++ of one fused group, with its speculation versions."""
+    if [n.op for n in step.group.nodes] == ["scatter_add"]:
+        em = _scatter_body(step, names)
+        source = KernelSource(name, "", ["general"], ["true"], _params(step))
+        header = "// kernel: scatter_add"
+        source.text = "\n".join([header, _signature(name, step) + " {", *em.prologue(), *em.w.lines, "}"])
+        return source
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 
     def body(assume: bool, schedule: str = "recompute") -> _Emitter:

@@ -30,7 +30,6 @@ def _user_name(placeholder: str) -> str:
 
 def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
     """The torch.compile backend (registered as ``"disc"``)."""
-    from torch._decomp import core_aten_decompositions
     from torch._functorch.aot_autograd import aot_module_simplified
 
     # Tensor inputs only: dynamo also passes SymInt sizes as placeholders.
@@ -57,12 +56,12 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
         fw_compiler=fw_compiler,
         bw_compiler=bw_compiler,
         partition_fn=_partitioner(),
-        decompositions=core_aten_decompositions(),
+        decompositions=_decompositions(),
     )
     # AOTAutograd compiles the backward lazily or at once depending on the torch version;
     # only a graph disc compiled (forward, and backward once it exists) may drop torch's
     # size-1 assumptions.
-    if all(outcomes) and outcomes:
+    if all(outcomes) and outcomes and not _trains_batch_norm(gm):
         _drop_zero_one_specialisation(example_inputs)
     return compiled
 
@@ -88,6 +87,16 @@ def _compile_or_keep(
     return compiled
 
 
+def _decompositions() -> dict[Any, Callable[..., Any]]:
+    """Core ATen, plus training-mode BatchNorm (with its running-statistics update) as plain ops."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    aten = torch.ops.aten
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward]))
+    return table
+
+
 def _partitioner() -> Callable[..., Any]:
     """How AOTAutograd splits a training graph into forward and backward.
 
@@ -103,6 +112,24 @@ def _partitioner() -> Callable[..., Any]:
     if os.environ.get("DISC_PARTITIONER", "min_cut") == "default":
         return default_partition
     return functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+
+
+def _trains_batch_norm(gm: torch.fx.GraphModule) -> bool:
+    """Does the frame run BatchNorm in training mode?
+
+    ``F.batch_norm`` refuses one value per channel in Python, before any op
+    runs; dynamo folded that check away because it assumed sizes >= 2. Such a
+    frame keeps dynamo's size-1 guards, so a 1-sized batch retraces and the
+    check raises as in eager (rather than the statistics becoming NaN).
+    """
+    import torch.nn.functional as F
+
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in (F.batch_norm, torch.batch_norm):
+            training = n.kwargs.get("training", n.args[5] if len(n.args) > 5 else False)
+            if training is not False:
+                return True
+    return False
 
 
 def _drop_zero_one_specialisation(example_inputs: Sequence[Any]) -> None:
@@ -222,6 +249,16 @@ def _compile_aten(
     return make_boxed_func(run)
 
 
+def _size_function(expr: Any, symbols: list[Any]) -> Callable[..., int]:
+    """``expr`` (torch's sympy, with FloorDiv and friends) as a function of ``symbols``' values."""
+    import sympy
+
+    def evaluate(*values: int) -> int:
+        return int(expr.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, values)}))
+
+    return evaluate
+
+
 class _HostOutputs:
     """The outputs of an AOTAutograd graph that are not tensors disc computes.
 
@@ -253,7 +290,7 @@ class _HostOutputs:
                     missing = [s for s in symbols if s not in where]
                     if missing:
                         raise ValueError(f"output size {expr} uses {missing}, which no input carries")
-                    self.sizes[k] = (sympy.lambdify(symbols, expr, modules="math"), [where[s] for s in symbols])
+                    self.sizes[k] = (_size_function(expr, symbols), [where[s] for s in symbols])
                 else:
                     raise ValueError(f"graph output {item.name} is neither a tensor nor a size")
 

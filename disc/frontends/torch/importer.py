@@ -53,6 +53,13 @@ class Fallback:
 
 
 @dataclass(frozen=True)
+class Unavailable:
+    """A non-tensor value disc does not compute; importing an op that reads it fails with ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class _Slot:
     index: int
 
@@ -181,6 +188,8 @@ class Importer:
             if isinstance(v, Node):
                 operands.append(v)
                 return _Slot(len(operands) - 1)
+            if isinstance(v, Unavailable):
+                raise LoweringError(v.reason)
             if isinstance(v, (list, tuple)):
                 return type(v)(slot(x) for x in v)
             if isinstance(v, dict):
@@ -193,6 +202,10 @@ class Importer:
         self.fallback_counts[target_name] = self.fallback_counts.get(target_name, 0) + 1
         val = fx_node.meta.get("val")
         outs = list(val) if isinstance(val, (list, tuple)) else [val]
+        if not any(isinstance(v, torch.Tensor) for v in outs):
+            # A value disc cannot hold (a SymFloat, a SymBool for a torch._check): fine while
+            # nothing reads it; an op that does cannot be imported (see ``slot``).
+            return Unavailable(f"{fx_node.target} ({fx_node.name}) produces a {type(val).__name__}, which disc cannot compute ({reason})")
         results: list[Any] = []
         for i, v in enumerate(outs):
             if not isinstance(v, torch.Tensor):

@@ -170,8 +170,17 @@ def size_value(ctx: Importer, v: Any) -> DimLike:
 
 
 # -- SymInt arithmetic: becomes shape-computation IR ---------------------------------
+_SYMFLOAT_OPS = {"imul": "mul", "iadd": "add", "isub": "sub", "imax": "maximum", "imin": "minimum"}
+
+
+def _is_symfloat(v: Any) -> bool:
+    return isinstance(v, float) or (isinstance(v, Node) and not v.is_index)
+
+
 def _sym(op: str) -> Callable[..., Node]:
     def fn(ctx: Importer, a: Any, b: Any) -> Node:
+        if (_is_symfloat(a) or _is_symfloat(b)) and op in _SYMFLOAT_OPS:
+            return ctx.graph.add(_SYMFLOAT_OPS[op], (_sym_float(ctx, a), _sym_float(ctx, b)))
         na = a if isinstance(a, Node) else ctx.index(int(a))
         nb = b if isinstance(b, Node) else ctx.index(int(b))
         return ctx.graph.add(op, (na, nb))
@@ -186,6 +195,21 @@ SYMINT_OPS[operator.floordiv] = _sym("ifloordiv")
 SYMINT_OPS[torch.sym_max] = _sym("imax")
 SYMINT_OPS[torch.sym_min] = _sym("imin")
 SYMINT_OPS[operator.neg] = lambda ctx, a: ctx.graph.add("isub", (ctx.index(0), a))
+# SymInt / SymInt is a SymFloat (BatchNorm's unbiased-variance factor n / (n - 1)): a 0-d
+# f64 tensor computed from the index values, which tensor ops then read as a scalar.
+SYMINT_OPS[operator.truediv] = lambda ctx, a, b: ctx.graph.add("div", (_sym_float(ctx, a), _sym_float(ctx, b)))
+SYMINT_OPS[torch.sym_float] = lambda ctx, a: _sym_float(ctx, a)
+
+
+def _sym_float(ctx: Importer, a: Any) -> Node:
+    if isinstance(a, Node) and not a.is_index:
+        return convert(ctx, a, "f64")
+    if isinstance(a, float):
+        return scalar(ctx, a, "f64")
+    n = a if isinstance(a, Node) else ctx.index(int(a))
+    return ctx.graph.add("index_to_tensor", (n,), {"dtype": "f64"})
+
+
 SYMINT_OPS[operator.mod] = lambda ctx, a, b: ctx.graph.add("isub", (a, _sym("imul")(ctx, _sym("ifloordiv")(ctx, a, b), b)))
 
 

@@ -223,6 +223,45 @@ def _scatter_add(ctx: Importer, fx_node, x: Node, axis: int, index: Node, src: N
     return ctx.graph.add("scatter_add", (x, index, src), {"axis": norm_axis(axis, x.tensor_type.rank)})
 
 
+@lower(aten.index_put.default)
+def _index_put(ctx: Importer, fx_node, x: Node, indices: Sequence[Any], values: Node, accumulate: bool = False) -> Node:
+    """``x[idx] += values`` along dim 0: the gradient of an embedding lookup or of ``x[idx]``."""
+    if not accumulate:
+        raise LoweringError("index_put that assigns (accumulate=False): duplicate indices make it order-dependent")
+    if len(indices) != 1 or indices[0] is None:
+        raise LoweringError("index_put with several index tensors or a leading None")
+    idx = indices[0]
+    if idx.dtype not in ("i64", "i32"):
+        raise LoweringError(f"index_put with a {idx.dtype} index (boolean masks have data-dependent shapes)")
+    n = idx.tensor_type.numel()
+    rest = list(x.shape[1:])
+    vals = broadcast_to(ctx, convert(ctx, values, x.dtype), [*idx.shape, *rest])
+    vals = reshape(ctx, vals, [n, *rest])
+    flat = reshape(ctx, idx, [n])
+    index = ctx.graph.add("broadcast_in_dim", (flat, *ctx.sizes([n, *rest])), {"dims": (0,)})
+    return ctx.graph.add("scatter_add", (x, index, vals), {"axis": 0})
+
+
+@lower(aten.slice_scatter.default)
+def _slice_scatter(ctx: Importer, fx_node, x: Node, src: Node, axis: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Node:
+    """``x`` with ``x[start:end]`` along ``axis`` replaced by ``src``: the gradient of a slice."""
+    if int(step) != 1:
+        raise LoweringError("slice_scatter with a step")
+    axis = norm_axis(axis, x.tensor_type.rank)
+    dim = x.shape[axis]
+    lo, hi = _norm_index(ctx, start, dim, 0), _norm_index(ctx, end, dim, dim)
+    c = ctx.graph.constraints
+    parts = []
+    if not c.prove_equal(lo, 0):
+        parts.append(slice_axis(ctx, x, axis, 0, lo))
+    parts.append(convert(ctx, src, x.dtype))
+    if not c.prove_equal(hi, dim):
+        parts.append(slice_axis(ctx, x, axis, hi, dim))
+    if len(parts) == 1:
+        return parts[0]
+    return ctx.graph.add("concat", parts, {"axis": axis})
+
+
 @lower(aten.cumsum.default)
 def _cumsum(ctx: Importer, fx_node, x: Node, axis: int, dtype: Any = None) -> Node:
     return ctx.graph.add("cumsum", (convert(ctx, x, meta_dtype(fx_node)),), {"axis": norm_axis(axis, x.tensor_type.rank)})

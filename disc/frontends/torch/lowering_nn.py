@@ -70,6 +70,14 @@ def _var(ctx: Importer, fx_node, x: Node, dims: Any = None, *args: Any, correcti
     return elementwise(ctx, "div", [total, count], x.dtype)
 
 
+@lower(aten.var_mean.correction)
+def _var_mean(ctx: Importer, fx_node, x: Node, dims: Any = None, *, correction: Any = None, keepdim: bool = False) -> list[Node]:
+    # The mean is computed once: the variance's centring reads the same (CSE'd) value.
+    axes = reduce_dims(x, dims)
+    var = _var(ctx, fx_node, x, dims, correction=correction, keepdim=keepdim)
+    return [var, mean(ctx, x, axes, keepdim)]
+
+
 def _arg(kind: str):
     def fn(ctx: Importer, fx_node, x: Node, dim: Any = None, keepdim: bool = False) -> Node:
         if dim is None:
