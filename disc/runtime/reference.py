@@ -145,7 +145,7 @@ class ReferenceExecutor:
             if n.op == "constant" and attrs.get("ref") is not None:
                 attrs["ref"] = self.graph.constants[attrs["ref"]]
             if n.op == "torch_fallback":
-                attrs = {"call": self.fallbacks[attrs["call"]]}
+                attrs = {"call": self.fallbacks[attrs["call"]], "results": None}  # a fresh dict per run
             # Values dead after this step are dropped to keep peak memory near eager's.
             free = [index_of[x] for x in n.inputs if last_use.get(x) == i and x.op != "input" and not isinstance(x.type, IndexType)]
             steps.append((i, get_spec(n.op).reference, attrs, [index_of[x] for x in n.inputs], free))
@@ -161,7 +161,10 @@ class ReferenceExecutor:
 
     def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         values = self._bind(inputs)
+        fallback_results: dict = {}
         for slot, fn, attrs, operands, free in self._steps:
+            if "results" in attrs:
+                attrs = {**attrs, "results": fallback_results}
             values[slot] = fn(*[values[i] for i in operands], **attrs)
             for f in free:
                 values.pop(f, None)
@@ -179,7 +182,10 @@ class ReferenceExecutor:
         kernels = {"memory_bound": 0, "library": 0, "fallback": 0}
         live: dict[int, int] = {}
         peak = 0
+        fallback_results: dict = {}
         for slot, fn, attrs, operands, free in self._steps:
+            if "results" in attrs:
+                attrs = {**attrs, "results": fallback_results}
             values[slot] = fn(*[values[i] for i in operands], **attrs)
             node = nodes[slot]
             kind = kernel_kind(node.op, node.type)

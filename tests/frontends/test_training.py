@@ -77,6 +77,7 @@ def test_training_gradients_match_eager(family: str) -> None:
     entry = MODELS[family]
     model = _no_dropout(entry.factory())
     ref = copy.deepcopy(model)
+    torch._dynamo.reset()  # another test may have compiled this model class: count from zero
     before = len(disc.reports())
     compiled = torch.compile(model, backend="disc", dynamic=True)
     # The first shape has no 1s (dynamo specialises a first call's 1s); later ones do.
@@ -121,3 +122,67 @@ def test_training_gradients_match_eager(family: str) -> None:
         assert kinds == [False, True] * (len(kinds) // 2) and len(kinds) <= (6 if family == "vit" else 8), [r.name for r in reports]
         for r in reports:
             assert set(r.fallbacks) <= CONV_FALLBACKS, (r.name, r.fallbacks)
+
+
+def test_fifty_training_steps_follow_eager_loss_curve_without_recompiling() -> None:
+    """A small BERT, Adam, sequence length changing every step (batch 1 included)."""
+    entry = MODELS["bert"]
+    model = _no_dropout(entry.factory())
+    ref = copy.deepcopy(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-3)
+    torch._dynamo.reset()  # another test may have compiled this model class: count from zero
+    before = len(disc.reports())
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    gen = torch.Generator().manual_seed(0)
+    losses, ref_losses = [], []
+    for step in range(50):
+        batch = 2 + step % 3 if step < 2 else int(torch.randint(1, 5, (1,), generator=gen))
+        seq = int(torch.randint(2, 40, (1,), generator=gen))
+        args = entry.inputs({"batch": batch, "seq": seq}, seed=step)
+        for m, o, out in ((compiled, opt, losses), (ref, ref_opt, ref_losses)):
+            o.zero_grad(set_to_none=True)
+            loss = _loss(m(*args), seed=step)
+            loss.backward()
+            o.step()
+            out.append(loss.item())
+    scale = max(abs(x) for x in ref_losses)
+    drift = max(abs(a - b) for a, b in zip(losses, ref_losses)) / scale
+    assert drift <= 1e-4, f"loss curves drift apart by {drift:.2e} (relative to the largest loss)"
+    assert losses[0] != losses[-1]  # the model trained
+    reports = _training_reports(before)
+    assert len(reports) == 2, [r.name for r in reports]  # one forward, one backward, for all 50 steps
+    assert all(r.backend.name == "native-cpu" for r in reports)
+
+
+def test_dropout_in_training_is_statistically_dropout_and_reproducible() -> None:
+    """Dropout runs in PyTorch (its RNG, its kernel): the graph around it still compiles."""
+
+    class Drop(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(64, 64)
+            self.drop = torch.nn.Dropout(0.25)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.drop(torch.relu(self.linear(x)) + 1.0)  # every value > 0 before dropout
+
+    model = Drop().train()
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    x = torch.randn(64, 33, 64)
+    torch.manual_seed(1)
+    a = compiled(x)
+    torch.manual_seed(1)
+    b = compiled(x)
+    torch.testing.assert_close(a, b)  # same seed, same mask
+    dropped = (a == 0).float().mean().item()
+    n = a.numel()
+    assert abs(dropped - 0.25) < 5 * (0.25 * 0.75 / n) ** 0.5, dropped  # within 5 sigma of p
+    kept = a != 0
+    with torch.no_grad():
+        want = (torch.relu(model.linear(x)) + 1.0) / 0.75
+    torch.testing.assert_close(a[kept], want[kept])  # survivors scaled by 1 / (1 - p)
+    a.sum().backward()  # the backward uses the forward's mask
+    with torch.no_grad():
+        want_grad = (kept.float() / 0.75 * (model.linear(x) > 0)).sum((0, 1))
+    torch.testing.assert_close(model.linear.bias.grad, want_grad, rtol=1e-4, atol=1e-3)

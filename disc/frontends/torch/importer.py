@@ -44,11 +44,16 @@ class Fallback:
     args: Any  # the original args with disc Nodes replaced by _Slot(i)
     kwargs: Any
     output_index: int | None
+    op_name: str = ""  # the FX node: outputs of one op share it
 
-    def call(self, values: Sequence[Any]) -> torch.Tensor:
-        args = _fill(self.args, values)
-        kwargs = _fill(self.kwargs, values)
-        out = self.target(*args, **kwargs)
+    def call(self, values: Sequence[Any], results: dict | None = None) -> torch.Tensor:
+        """Run the op (once per execution for all its outputs, when ``results`` is given)."""
+        if results is not None and self.output_index is not None and self.op_name in results:
+            out = results[self.op_name]
+        else:
+            out = self.target(*_fill(self.args, values), **_fill(self.kwargs, values))
+            if results is not None and self.output_index is not None:
+                results[self.op_name] = out
         return out[self.output_index] if self.output_index is not None else out
 
 
@@ -212,7 +217,7 @@ class Importer:
                 results.append(None)
                 continue
             key = f"{fx_node.name}" + (f"#{i}" if isinstance(val, (list, tuple)) else "")
-            self.fallbacks[key] = Fallback(fx_node.target, args, kwargs, i if isinstance(val, (list, tuple)) else None)
+            self.fallbacks[key] = Fallback(fx_node.target, args, kwargs, i if isinstance(val, (list, tuple)) else None, fx_node.name)
             # Result dims come from torch's meta; data-dependent ones are fresh symbols.
             shape = tuple(self.sym_to_expr(d) for d in v.shape)
             node = self.graph.add(

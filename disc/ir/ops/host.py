@@ -29,9 +29,13 @@ def _fallback_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str,
     shape=_fallback_rule,
     category=SOURCE,
 )
-def torch_fallback(*operands: Any, call: Any, **_: Any) -> Any:
-    """Calls ``call`` (resolved by the executor to the importer's Fallback) on the operands."""
-    return call.call(operands)
+def torch_fallback(*operands: Any, call: Any, results: dict | None = None, **_: Any) -> Any:
+    """Calls ``call`` (resolved by the executor to the importer's Fallback) on the operands.
+
+    ``results`` (one dict per execution) lets the outputs of one multi-output op
+    come from a single call: dropout's result and its mask must be one draw.
+    """
+    return call.call(operands, results)
 
 
 def _index_to_tensor_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):

@@ -1,0 +1,144 @@
+"""Training step time and peak memory: a BERT-style encoder whose sequence length changes every step.
+
+    python -m benchmarks.training --out docs/benchmarks/training
+
+Systems: eager, disc (``torch.compile(backend="disc", dynamic=True)``) and
+inductor (``dynamic=True``). Each step is forward + backward + Adam on
+random tokens; dropout is off (with dropout, disc leaves it to PyTorch and
+the forward runs on the reference executor). Steady state: the stream of
+sequence lengths is walked in rounds, every system stepping once per length
+in a rotated order, so machine noise hits all alike; reported are the median
+step time per length and the geometric mean of eager's median over each
+system's. Peak memory: a fresh process per system walks the stream once
+(including its compilations) and reports its peak resident set above the
+level after the model was built. Writes ``results.json`` and ``results.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+SEQS = [16, 48, 1, 128, 33, 96, 7, 64, 200, 24]
+BATCH = 8
+SYSTEMS = ("eager", "disc", "inductor-dynamic")
+
+
+def _model():
+    from disc.models import MODELS
+
+    entry = MODELS["bert"]
+    model = entry.build("small")
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return entry, model.train()
+
+
+def _runner(system: str, model: torch.nn.Module):
+    if system == "eager":
+        return model
+    if system == "disc":
+        import disc  # noqa: F401  (registers the backend)
+
+        return torch.compile(model, backend="disc", dynamic=True)
+    # (importing disc turned dynamo's duck sizing off process-wide; inductor runs so too here)
+    return torch.compile(model, dynamic=True)
+
+
+def _step(fn, opt, args) -> None:
+    opt.zero_grad(set_to_none=True)
+    out = fn(*args)
+    hidden = out[0] if isinstance(out, tuple) else out
+    hidden.float().pow(2).mean().backward()
+    opt.step()
+
+
+def _inputs(entry, seq: int):
+    return entry.inputs({"batch": BATCH if seq > 1 else 1, "seq": seq}, seed=seq)
+
+
+def _peak_child(system: str) -> None:
+    entry, model = _model()
+    fn = _runner(system, model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    for seq in SEQS:
+        _step(fn, opt, _inputs(entry, seq))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_mb": (peak - base) / 1024, "first_pass_s": time.perf_counter() - start}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs/benchmarks/training")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--peak-child", choices=SYSTEMS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.peak_child:
+        _peak_child(args.peak_child)
+        return 0
+    torch.set_num_threads(max(torch.get_num_threads(), 1))
+    entry, base_model = _model()
+    models = {s: copy.deepcopy(base_model) for s in SYSTEMS}
+    fns = {s: _runner(s, models[s]) for s in SYSTEMS}
+    opts = {s: torch.optim.Adam(models[s].parameters(), lr=1e-4) for s in SYSTEMS}
+    inputs = {seq: _inputs(entry, seq) for seq in SEQS}
+    for s in SYSTEMS:  # warm-up: every compilation happens here
+        for seq in SEQS:
+            _step(fns[s], opts[s], inputs[seq])
+    times: dict[str, dict[int, list[float]]] = {s: {seq: [] for seq in SEQS} for s in SYSTEMS}
+    for r in range(args.rounds):
+        for seq in SEQS:
+            order = SYSTEMS[r % len(SYSTEMS) :] + SYSTEMS[: r % len(SYSTEMS)]
+            for s in order:
+                t = time.perf_counter()
+                _step(fns[s], opts[s], inputs[seq])
+                times[s][seq].append(time.perf_counter() - t)
+    medians = {s: {seq: statistics.median(v) for seq, v in times[s].items()} for s in SYSTEMS}
+    speedup = {s: math.exp(statistics.mean(math.log(medians["eager"][q] / medians[s][q]) for q in SEQS)) for s in SYSTEMS}
+    peaks = {}
+    for s in SYSTEMS:
+        out = subprocess.run([sys.executable, "-m", "benchmarks.training", "--peak-child", s], capture_output=True, text=True, check=True)
+        peaks[s] = json.loads(out.stdout.strip().splitlines()[-1])
+    from disc.api import reports
+
+    compiles = sum(1 for r in reports() if r.source == "torch.compile")
+    result = {"batch": BATCH, "seqs": SEQS, "rounds": args.rounds, "median_s": medians, "speedup_vs_eager": speedup, "peak": peaks, "disc_graphs": compiles}
+    dest = Path(args.out)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "results.json").write_text(json.dumps(result, indent=2))
+    lines = [
+        f"Training step (forward + backward + Adam), BERT-small (4 layers, hidden 256), batch {BATCH} (1 at seq 1), {args.rounds} interleaved rounds",
+        "",
+        "| seq | " + " | ".join(f"{s} (ms)" for s in SYSTEMS) + " |",
+        "|---:|" + "---:|" * len(SYSTEMS),
+    ]
+    for q in SEQS:
+        lines.append(f"| {q} | " + " | ".join(f"{medians[s][q] * 1e3:.1f}" for s in SYSTEMS) + " |")
+    lines += [
+        "",
+        "| system | speedup over eager (geomean) | peak memory above model (MB) | first pass over the stream (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for s in SYSTEMS:
+        lines.append(f"| {s} | {speedup[s]:.2f}x | {peaks[s]['peak_mb']:.0f} | {peaks[s]['first_pass_s']:.1f} |")
+    lines.append(f"\ndisc graphs compiled in the timed process: {compiles} (one forward, one backward)")
+    (dest / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
