@@ -20,7 +20,6 @@ import argparse
 import copy
 import json
 import math
-import resource
 import statistics
 import subprocess
 import sys
@@ -72,12 +71,22 @@ def _peak_child(system: str) -> None:
     entry, model = _model()
     fn = _runner(system, model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss never goes down, and importing the compilers already peaks above a training
+    # step: reset the kernel's high-water mark (VmHWM) instead, and measure above the
+    # resident set at the start of the stream.
+    Path("/proc/self/clear_refs").write_text("5")
+    base = _status_kb("VmRSS")
     start = time.perf_counter()
     for seq in SEQS:
         _step(fn, opt, _inputs(entry, seq))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_mb": (peak - base) / 1024, "first_pass_s": time.perf_counter() - start}))
+    print(json.dumps({"peak_mb": (_status_kb("VmHWM") - base) / 1024, "first_pass_s": time.perf_counter() - start}))
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def main(argv: list[str] | None = None) -> int:
