@@ -35,7 +35,7 @@ def torch_fallback(*operands: Any, call: Any, results: dict | None = None, **_: 
     ``results`` (one dict per execution) lets the outputs of one multi-output op
     come from a single call: dropout's result and its mask must be one draw.
     """
-    return call.call(operands, results)
+    return call.call(operands) if results is None else call.call(operands, results)
 
 
 def _index_to_tensor_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
