@@ -10,8 +10,9 @@ sequence lengths is walked in rounds, every system stepping once per length
 in a rotated order, so machine noise hits all alike; reported are the median
 step time per length and the geometric mean of eager's median over each
 system's. Peak memory: a fresh process per system walks the stream once
-(including its compilations) and reports its peak resident set above the
-level after the model was built. Writes ``results.json`` and ``results.md``.
+(including its compilations) and reports its peak resident set (the kernel's
+high-water mark, reset first) above the resident set at the start of the
+stream. Writes ``results.json`` and ``results.md``.
 """
 
 from __future__ import annotations
@@ -98,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.peak_child:
         _peak_child(args.peak_child)
         return 0
-    torch.set_num_threads(max(torch.get_num_threads(), 1))
     entry, base_model = _model()
     models = {s: copy.deepcopy(base_model) for s in SYSTEMS}
     fns = {s: _runner(s, models[s]) for s in SYSTEMS}

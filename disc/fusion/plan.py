@@ -214,7 +214,7 @@ class _Planner:
                 self.refused.append(Refusal(p, via, f"element counts not provably equal ({spaces[0]} vs {spaces[1]})"))
             elif not self._one_row_space(gp, gn):
                 self.refused.append(Refusal(p, via, "their reductions reduce different rows (other dims or lengths)"))
-            elif self._transposes_reduced_rows(gp, gn):
+            elif self._reads_other_rows(gp, gn):
                 self.refused.append(Refusal(p, via, "a transpose or reshape would read reduction results at rows other than the one being computed"))
             elif self._creates_cycle(gp, gn):
                 self.refused.append(Refusal(p, via, "one kernel would depend on itself through another kernel"))
@@ -267,7 +267,7 @@ class _Planner:
             reduced(r) == reduced(first) and self.c.prove_same_shape(r.inputs[0].shape, first.inputs[0].shape) for r in reductions[1:]
         )
 
-    def _transposes_reduced_rows(self, a: int, b: int) -> bool:
+    def _reads_other_rows(self, a: int, b: int) -> bool:
         """Would the merged group transpose (or reshape) a value computed from its own reductions?
 
         A row kernel finishes one row's reductions before it uses them; a transpose

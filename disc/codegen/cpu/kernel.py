@@ -125,6 +125,12 @@ class _Emitter:
     def shape(self, n: Node) -> tuple[str, ...]:
         return tuple(self.dim(d) for d in n.shape)
 
+    def reshape_source(self, n: Node) -> Node:
+        """The value ``n`` reshapes, through this kernel's reshapes (a reshape keeps the linear order)."""
+        while n.op == "reshape" and n in self.members:
+            n = n.inputs[0]
+        return n
+
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
         return f"{prefix}{self.counter}"
@@ -524,9 +530,7 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
     for i, out in enumerate(step.outputs):
         if only is not None and out not in only:
             continue
-        source = out
-        while source.op == "reshape" and source in em.members:
-            source = source.inputs[0]  # a reshape keeps the linear order: out[k] = source[k]
+        source = em.reshape_source(out)  # out[k] = source[k]
         if em.c.prove_same_shape(out.shape, space.shape):
             at = idx
         elif source is not out and em.c.prove_same_shape(source.shape, space.shape):
@@ -688,9 +692,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     for i, o in enumerate(step.outputs):
         if o in row_outputs:
             r = reductions[0]
-            source = o
-            while source.op == "reshape" and source in em.members:
-                source = source.inputs[0]  # a reshaped row value (a bias gradient [1, n] -> [n]): same order
+            source = em.reshape_source(o)  # a reshaped row value (a bias gradient [1, n] -> [n])
             if not em.c.prove_same_shape(source.shape, r.shape):
                 raise Unsupported(f"output %{o.name} {o.type} is neither the row space {r.type} nor the reduced space")
             at = Idx(em.shape(source), row_of[r])
@@ -770,14 +772,10 @@ def _scatter_body(step: KernelStep, names: SymbolNames) -> _Emitter:
     return em
 
 
-def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource:
-    """The C++ of one fused group, with its speculation versions."""
+def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emitter]]:
+    """The speculation versions of a group: (label, C++ condition, body), the last always "true"."""
     if [n.op for n in step.group.nodes] == ["scatter_add"]:
-        em = _scatter_body(step, names)
-        source = KernelSource(name, "", ["general"], ["true"], _params(step))
-        header = "// kernel: scatter_add"
-        source.text = "\n".join([header, _signature(name, step) + " {", *em.prologue(), *em.w.lines, "}"])
-        return source
+        return [("general", "true", _scatter_body(step, names))]
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 
     def body(assume: bool, schedule: str = "recompute") -> _Emitter:
@@ -808,7 +806,12 @@ def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource
             kept.append(version)
         if version[1] == "true":
             break
-    versions = kept
+    return kept
+
+
+def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource:
+    """The C++ of one fused group, with its speculation versions."""
+    versions = _versions(step, names)
     header = f"// {step.kind} kernel fusing: " + ", ".join(n.op for n in step.group.nodes)
     sig = _signature(name, step)
     source = KernelSource(name, "", [v[0] for v in versions], [v[1] for v in versions], _params(step))

@@ -42,13 +42,25 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
 
     outcomes: list[bool] = []  # per compiled graph: did disc compile it?
 
+    def compile_or_keep(
+        fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any], kind: str, names: list[str], values: list[torch.Tensor], n: int
+    ) -> Callable[..., Any]:
+        try:
+            compiled = _compile_aten(fx_gm, fx_inputs, names, values, n, start, kind)
+        except Exception as e:  # never break the user's model: run this graph in PyTorch
+            _record_failure(gm, e, start, kind)
+            outcomes.append(False)
+            return _boxed(fx_gm)
+        outcomes.append(True)
+        return compiled
+
     def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return _compile_or_keep(gm, fx_gm, fx_inputs, start, "forward", user_names, state_values, n_state, outcomes)
+        return compile_or_keep(fx_gm, fx_inputs, "forward", user_names, state_values, n_state)
 
     def bw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
         # The backward graph's inputs are the tensors the forward saved and the output
         # gradients (AOTAutograd names them), its outputs the input gradients.
-        return _compile_or_keep(gm, fx_gm, fx_inputs, start, "backward", [], [], 0, outcomes)
+        return compile_or_keep(fx_gm, fx_inputs, "backward", [], [], 0)
 
     compiled = aot_module_simplified(
         gm,
@@ -63,27 +75,6 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
     # size-1 assumptions.
     if all(outcomes) and outcomes and not _trains_batch_norm(gm):
         _drop_zero_one_specialisation(example_inputs)
-    return compiled
-
-
-def _compile_or_keep(
-    gm: torch.fx.GraphModule,
-    fx_gm: torch.fx.GraphModule,
-    fx_inputs: Sequence[Any],
-    start: float,
-    kind: str,
-    user_names: list[str],
-    state_values: list[torch.Tensor],
-    n_state: int,
-    outcomes: list[bool],
-) -> Callable[..., Any]:
-    try:
-        compiled = _compile_aten(fx_gm, fx_inputs, user_names, state_values, n_state, start, kind)
-    except Exception as e:  # never break the user's model: run this graph in PyTorch
-        _record_failure(gm, e, start, kind)
-        outcomes.append(False)
-        return _boxed(fx_gm)
-    outcomes.append(True)
     return compiled
 
 
@@ -102,7 +93,7 @@ def _partitioner() -> Callable[..., Any]:
 
     The min-cut partitioner saves fewer activations (cheap ops are recomputed in
     the backward); ``DISC_PARTITIONER=default`` saves every needed activation.
-    The benchmark suite measures both (``benchmarks/training.py``).
+    Which saves more memory at equal speed is not measured yet.
     """
     import functools
     import os
