@@ -118,3 +118,46 @@ def test_exp_sigmoid_silu_match_torch_over_the_whole_float_range():
         for g, w in zip(cm(x), m(x)):
             # Within 3 ulp where normal; subnormal results within one subnormal step.
             torch.testing.assert_close(g, w, rtol=4e-7, atol=2e-45, equal_nan=True)
+
+
+class GeluBackwardAndBiasGrad(nn.Module):
+    """A GELU backward with its bias gradient: a full-size output and column reductions of one space."""
+
+    def forward(self, g, x):
+        d = g * (0.5 * (1 + torch.erf(x * 0.7071067811865476)) + x * torch.exp(-0.5 * x * x) * 0.3989422804014327)
+        return d, d.sum(0, keepdim=True), x.amax((0, 1)), (d * x).sum((0, 1))
+
+
+def _column_kernels(ex: NativeExecutor) -> list[KernelCall]:
+    return [c for c in ex.native.source.calls if isinstance(c, KernelCall) and "column" in c.kernel.versions]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 1, 7), (3, 5, 1), (2, 3, 17), (37, 50, 64), (3, 1, 257)])
+def test_column_reductions_run_in_memory_order_and_match_eager(two_threads, shape):
+    m = GeluBackwardAndBiasGrad()
+    dyn = {"g": {0: "b", 1: "s", 2: "h"}, "x": {0: "b", 1: "s", 2: "h"}}
+    ex = _profiled(m, (torch.randn(2, 3, 4), torch.randn(2, 3, 4)), dyn)
+    column = _column_kernels(ex)
+    assert column, [c.kernel.versions for c in ex.native.source.calls if isinstance(c, KernelCall)]
+    for call in column:
+        # Rows outer, the kept elements inner and contiguous: no load strided by the row length.
+        assert "r * cols + j" in call.kernel.text and "j * " not in call.kernel.text
+    g, x = torch.randn(*shape), torch.randn(*shape) * 2
+    x.view(-1)[-1] = float("nan") if shape[-1] > 1 else x.view(-1)[-1]
+    got = ex.run([g, x])
+    want = m(g, x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.reshape(b.shape), b, rtol=1e-4, atol=1e-5, equal_nan=True)
+    hits = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c in column]
+    assert all(h.get("column", 0) + h.get("no-broadcast", 0) >= 1 for h in hits), hits
+
+
+def test_a_value_read_per_element_after_a_column_reduction_keeps_the_row_schedule():
+    class CentreColumns(nn.Module):
+        def forward(self, x):
+            return x - x.mean(0, keepdim=True)
+
+    ex = _profiled(CentreColumns(), (torch.randn(4, 6),), {"x": {0: "n", 1: "h"}})
+    assert not _column_kernels(ex)
+    x = torch.randn(9, 13)
+    torch.testing.assert_close(ex.run([x])[0], CentreColumns()(x), rtol=1e-5, atol=1e-6)

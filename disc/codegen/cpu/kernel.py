@@ -24,7 +24,10 @@ C++ condition over the run-time dims; the first whose condition holds runs.
   (``ROW_CACHE_MAX``) keep each computed reduction operand there, so later
   passes read it instead of recomputing it (softmax computes exp once); few
   long rows split each pass across threads instead of giving one row to one
-  thread; otherwise passes recompute their operands;
+  thread; otherwise passes recompute their operands. Reductions over
+  leading dims (bias gradients, column sums) are not per-row at all: they
+  run in memory order, rows outer and kept elements inner, into one partial
+  row per thread combined at the end (the ``column`` schedule);
 - tiny work runs on one thread (OpenMP ``if``).
 """
 
@@ -712,6 +715,115 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     return em
 
 
+def _leading_reduction(step: KernelStep, em: _Emitter) -> int:
+    """How many leading dims every reduction of the group reduces, when a column schedule can run it; else 0.
+
+    A column schedule walks the reduction space in memory order (reduced rows
+    outer, kept elements inner and contiguous) and accumulates per kept element:
+    it needs every reduction to reduce the same leading dims of one space, and
+    no value computed per element (an operand of a reduction, a full-size
+    output) to read a reduction, which is only known after the last row.
+    """
+    reductions = [n for n in step.group.nodes if n.op == "reduce"]
+    domain = reductions[0].inputs[0]
+    rank = len(domain.shape)
+    rdims = sorted(d % max(rank, 1) for d in reductions[0].attrs["dims"])
+    if not 0 < len(rdims) < rank or rdims != list(range(len(rdims))):
+        return 0
+    for r in reductions:
+        if sorted(d % rank for d in r.attrs["dims"]) != rdims or not em.c.prove_same_shape(r.inputs[0].shape, domain.shape):
+            return 0
+    full = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
+    per_element = [r.inputs[0] for r in reductions] + full
+    if any(_reads(per_element, r, em) for r in reductions):
+        return 0
+    return len(rdims)
+
+
+def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) -> _Emitter:
+    """Reductions over the ``lead`` leading dims (a bias gradient): rows in memory order, one partial per thread.
+
+    Each thread owns a contiguous block of reduced rows and accumulates every
+    kept element of them into its own partial row (no atomics); full-size
+    outputs are written in the same pass, so every element is computed once.
+    The partials are then combined in thread order (deterministic for a given
+    thread count). The row schedules would read such a space column by column.
+    """
+    em = _Emitter(step, names, assume)
+    reductions = [n for n in step.group.nodes if n.op == "reduce"]
+    domain = reductions[0].inputs[0]
+    shape = em.shape(domain)
+    spelled = [names.expr(d) for d in domain.shape]
+    em.rows = c_product(spelled[:lead])
+    em.cols = c_product(spelled[lead:])
+    em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
+    em.w(f"const int64_t nt = rows * cols >= {PARALLEL_MIN_ELEMENTS} ? std::max<int64_t>(1, std::min<int64_t>(disc_threads(), rows)) : 1;")
+    parts: dict[Node, str] = {}
+    for r in reductions:
+        t, kind = C_TYPES[r.dtype], r.attrs["kind"]
+        init = (REDUCE_INIT_INT if r.dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT)[kind].format(t=t)
+        parts[r] = em.fresh("part")
+        em.w(f"std::unique_ptr<{t}[]> {parts[r]}(new {t}[nt * cols]);")
+        em.w(f"std::fill({parts[r]}.get(), {parts[r]}.get() + nt * cols, {t}({init}));")
+    full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
+    row_outputs = [o for o in step.outputs if o not in full_outputs]
+
+    em.w("#pragma omp parallel for schedule(static) if(nt > 1)")
+    em.w("for (int64_t t = 0; t < nt; ++t) {")
+    em.w.depth += 1
+    for r in reductions:
+        em.w(f"{C_TYPES[r.dtype]}* __restrict__ {parts[r]}_t = {parts[r]}.get() + t * cols;")
+    em.w("for (int64_t r = rows * t / nt; r < rows * (t + 1) / nt; ++r) {")
+    em.w.depth += 1
+    em.scopes.append({})
+    outer = em.dims_of(Idx(shape[:lead], None, "r"))
+    em.w("#pragma omp simd")
+    em.w("for (int64_t j = 0; j < cols; ++j) {")
+    em.w.depth += 1
+    em.scopes.append({})
+    inner = em.dims_of(Idx(shape[lead:], None, "j"))
+    idx = Idx(shape, tuple(outer) + tuple(inner), "r * cols + j")
+    for r in reductions:
+        x = em.value(r.inputs[0], idx)
+        em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=f"{parts[r]}_t[j]", x=x) + ";")
+    _write_outputs(em, step, domain, idx, full_outputs)
+    em.scopes.pop()
+    em.w.depth -= 1
+    em.w("}")
+    em.scopes.pop()
+    for _ in range(2):
+        em.w.depth -= 1
+        em.w("}")
+
+    if not row_outputs:
+        return em
+    em.w(_parallel("cols * nt"))
+    em.w("for (int64_t j = 0; j < cols; ++j) {")
+    em.w.depth += 1
+    em.scopes.append({})
+    inner = em.dims_of(Idx(shape[lead:], None, "j"))
+    row_of: dict[Node, tuple[str, ...]] = {}
+    for r in reductions:
+        row_of[r] = (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner)
+        acc = em.fresh("acc")
+        em.w(f"{C_TYPES[r.dtype]} {acc} = {parts[r]}[j];")
+        em.w("for (int64_t t = 1; t < nt; ++t) " + REDUCE_STEP[r.attrs["kind"]].format(acc=acc, x=f"{parts[r]}[t * cols + j]") + ";")
+        em.accs[r] = (acc, row_of[r])
+    for i, o in enumerate(step.outputs):
+        if o not in row_outputs:
+            continue
+        source = em.reshape_source(o)
+        r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
+        if r is None:
+            raise Unsupported(f"output %{o.name} {o.type} is neither a reduced space nor the full space {domain.type}")
+        at = Idx(em.shape(source), row_of[r])
+        em.w(f"out{i}[{em.linear_of(at)}] = {em.value(source, at)};")
+    em.scopes.pop()
+    em.w.depth -= 1
+    em.w("}")
+    return em
+
+
 SCATTER_BLOCK = 16  # columns one thread owns in a scatter: distinct columns never collide
 
 
@@ -778,7 +890,11 @@ def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emi
         return [("general", "true", _scatter_body(step, names))]
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 
+    lead = _leading_reduction(step, _Emitter(step, names, False)) if has_reduce else 0
+
     def body(assume: bool, schedule: str = "recompute") -> _Emitter:
+        if lead:
+            return _column_body(step, names, assume, lead)
         if has_reduce:
             return _reduction_body(step, names, assume, schedule)
         em = _loop_body(step, names, assume, nested=False)
@@ -787,7 +903,7 @@ def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emi
     general = body(False)
     versions: list[tuple[str, str, _Emitter]] = []  # (label, C++ condition, body)
     no_broadcast = " && ".join(sorted(_no_broadcast_conditions(step, names))) if general.maybe_broadcast else ""
-    if has_reduce:
+    if has_reduce and not lead:
         for schedule in ("row-cached", "split-row"):
             try:
                 em = body(bool(no_broadcast), schedule)
@@ -799,7 +915,7 @@ def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emi
                 versions.append((label, _conj(no_broadcast, cond), em))
     if no_broadcast:
         versions.append(("no-broadcast", no_broadcast, body(True)))
-    versions.append(("general", "true", general))
+    versions.append(("column" if lead else "general", "true", general))
     kept: list[tuple[str, str, _Emitter]] = []
     for version in versions:  # drop versions an earlier one always pre-empts
         if version[1] not in {v[1] for v in kept}:

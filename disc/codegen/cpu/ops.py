@@ -100,6 +100,7 @@ PRELUDE = r"""
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <omp.h>
 #include <type_traits>
 #include <utility>
