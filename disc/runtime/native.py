@@ -56,6 +56,9 @@ def build_native(graph: Graph, *, profile: bool = False) -> NativeBuild:
     return NativeBuild(lowered, source, result, time.perf_counter() - start)
 
 
+_THREAD_WORKSPACE = threading.local()  # .workspace: the calling thread's kept workspace
+
+
 class NativeExecutor:
     """Runs a built native program on torch tensors."""
 
@@ -80,15 +83,17 @@ class NativeExecutor:
         self._ranks = [len(n.shape) for n in graph.inputs]
         self._out_meta = [(len(o.shape), DTYPES[o.dtype]) for o in lp.output_buffers]
         self._out_specs = lp.outputs
-        self._local = threading.local()  # one workspace per calling thread, kept between calls
+        self._local = _THREAD_WORKSPACE
 
     def _workspace(self, nbytes: int) -> torch.Tensor:
         """This thread's workspace, at least ``nbytes`` (+64 for alignment).
 
         Kept between calls: a fresh multi-megabyte buffer comes from the OS as untouched pages,
         and faulting them in on every call cost as much as the softmax writing them (BERT at
-        4x384: 3.5 ms of a 6 ms kernel). The program itself stays stateless; only this host
-        object holds the buffer, one per thread so concurrent calls never share it.
+        4x384: 3.5 ms of a 6 ms kernel). The program itself stays stateless; the host keeps
+        one buffer per thread, so concurrent calls never share it, and every program of the
+        thread uses it (a call returns before the next starts): a training step's forward and
+        backward keep the larger of their workspaces, not both.
         """
         ws = getattr(self._local, "workspace", None)
         if ws is None or ws.numel() < nbytes + 64:
@@ -96,7 +101,7 @@ class NativeExecutor:
         return ws
 
     def release_workspace(self) -> None:
-        """Free the calling thread's kept workspace (the next call allocates a fresh one)."""
+        """Free the calling thread's kept workspace, shared by every program (the next call allocates a fresh one)."""
         self._local.workspace = None
 
     def _plan(self, inputs: Sequence[torch.Tensor]):

@@ -95,14 +95,23 @@ def _partitioner() -> Callable[..., Any]:
     the backward); ``DISC_PARTITIONER=default`` saves every needed activation.
     Which saves more memory at equal speed is not measured yet.
     """
-    import functools
     import os
 
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
     if os.environ.get("DISC_PARTITIONER", "min_cut") == "default":
         return default_partition
-    return functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+
+    def min_cut(*args: Any, **kwargs: Any) -> Any:
+        # Views are recomputed in the backward, not saved: a saved transpose would be a
+        # copy in disc's forward (its outputs are contiguous), while a transpose in the
+        # backward folds into the GEMM that reads it.
+        from torch._functorch import config
+
+        with config.patch(recompute_views=True):
+            return min_cut_rematerialization_partition(*args, compiler="inductor", **kwargs)
+
+    return min_cut
 
 
 def _trains_batch_norm(gm: torch.fx.GraphModule) -> bool:
