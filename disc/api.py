@@ -19,7 +19,7 @@ from disc.errors import CompileError, InputError
 from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
 from disc.runtime.backend import make_executor
-from disc.runtime.checks import check_inputs
+from disc.runtime.checks import InputChecker
 from disc.runtime.reference import ExecutionProfile
 from disc.shape.expr import parse_expr
 
@@ -109,6 +109,7 @@ class CompiledModule:
         self.executor = executor
         self.input_names = input_names
         self.out_spec = out_spec
+        self._check_inputs = InputChecker(report.graph, input_names)
 
     @property
     def graph(self) -> Graph:
@@ -129,7 +130,7 @@ class CompiledModule:
             tensors.append(kwargs.pop(name))
         if kwargs:
             raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
-        check_inputs(self.graph, self.input_names, tensors)
+        self._check_inputs(tensors)
         self.report.calls += 1
         with torch.no_grad():
             outs = self.executor.run(tensors)
@@ -138,7 +139,7 @@ class CompiledModule:
 
     def profile(self, *args: Any) -> ExecutionProfile:
         """Kernels executed (memory-bound, library, fallback) and peak workspace at these inputs."""
-        check_inputs(self.graph, self.input_names, list(args))
+        self._check_inputs(list(args))
         with torch.no_grad():
             return self.executor.profile(list(args))
 

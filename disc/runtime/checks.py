@@ -16,41 +16,63 @@ from disc.ir.types import DTYPES
 from disc.shape.expr import SymExpr
 
 
+class InputChecker:
+    """The checks of ``check_inputs`` for one graph, worked out once: per call only sizes are compared."""
+
+    def __init__(self, g: Graph, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.n = len(g.inputs)
+        c = g.constraints
+        # Per input: (name, dtype, rank, type text, [(axis, static size | None, root | None, symbol, facts)]).
+        self.plan = []
+        for name, node in zip(self.names, g.inputs):
+            ty = node.tensor_type
+            dims = []
+            for axis, d in enumerate(ty.shape):
+                if isinstance(d, int):
+                    dims.append((axis, d, None, None, None))
+                    continue
+                sym = d.as_symbol() if isinstance(d, SymExpr) else None
+                if sym is not None:
+                    root = c.find(sym)
+                    dims.append((axis, None, root, sym, c.facts.get(root)))
+            self.plan.append((name, DTYPES[ty.dtype], ty.rank, ty, dims))
+
+    def __call__(self, tensors: Sequence[object]) -> None:
+        if len(tensors) != self.n:
+            raise InputError(f"expected {self.n} input(s) {self.names}, got {len(tensors)}")
+        seen: dict[object, tuple[int, str, int]] = {}  # root symbol -> (value, input, axis)
+        for (name, dtype, rank, ty, dims), t in zip(self.plan, tensors):
+            if not isinstance(t, torch.Tensor):
+                raise InputError(f"input {name!r} must be a tensor, got {type(t).__name__}")
+            if t.dtype != dtype:
+                raise InputError(f"input {name!r} has dtype {t.dtype}, compiled for {dtype}")
+            if t.dim() != rank:
+                raise InputError(f"input {name!r} has rank {t.dim()} (shape {tuple(t.shape)}), compiled for rank {rank} {ty}")
+            if t.device.type != "cpu":
+                raise InputError(f"input {name!r} is on {t.device}; this program was compiled for the CPU")
+            shape = t.shape
+            for axis, static, root, sym, facts in dims:
+                size = int(shape[axis])
+                if static is not None:
+                    if size != static:
+                        raise ShapeError(f"input {name!r} dim {axis} is {size} but must be {static} (a static dim of the compiled program)")
+                    continue
+                got = seen.get(root)
+                if got is not None:
+                    if got[0] != size:
+                        raise ShapeError(f"input {name!r} dim {axis} is {size} but must equal input {got[1]!r} dim {got[2]} ({got[0]})")
+                    continue
+                seen[root] = (size, name, axis)
+                if facts is None:
+                    continue
+                if size < facts.lo or (facts.hi is not None and size > facts.hi):
+                    hi = "inf" if facts.hi is None else facts.hi
+                    raise ShapeError(f"input {name!r} dim {axis} is {size} but {sym} must be in [{facts.lo}, {hi}]")
+                if facts.divisor > 1 and size % facts.divisor:
+                    raise ShapeError(f"input {name!r} dim {axis} is {size} but {sym} must be a multiple of {facts.divisor}")
+
+
 def check_inputs(g: Graph, names: Sequence[str], tensors: Sequence[object]) -> None:
-    inputs = g.inputs
-    if len(tensors) != len(inputs):
-        raise InputError(f"expected {len(inputs)} input(s) {list(names)}, got {len(tensors)}")
-    c = g.constraints
-    seen: dict[str, tuple[int, str, int]] = {}  # root symbol -> (value, input, axis)
-    for name, node, t in zip(names, inputs, tensors):
-        if not isinstance(t, torch.Tensor):
-            raise InputError(f"input {name!r} must be a tensor, got {type(t).__name__}")
-        ty = node.tensor_type
-        if t.dtype != DTYPES[ty.dtype]:
-            raise InputError(f"input {name!r} has dtype {t.dtype}, compiled for {DTYPES[ty.dtype]}")
-        if t.dim() != ty.rank:
-            raise InputError(f"input {name!r} has rank {t.dim()} (shape {tuple(t.shape)}), compiled for rank {ty.rank} {ty}")
-        if t.device.type != "cpu":
-            raise InputError(f"input {name!r} is on {t.device}; this program was compiled for the CPU")
-        for axis, (d, size) in enumerate(zip(ty.shape, t.shape)):
-            size = int(size)
-            if isinstance(d, int):
-                if size != d:
-                    raise ShapeError(f"input {name!r} dim {axis} is {size} but must be {d} (a static dim of the compiled program)")
-                continue
-            sym = d.as_symbol() if isinstance(d, SymExpr) else None
-            if sym is None:
-                continue
-            root = c.find(sym)
-            if root in seen and seen[root][0] != size:
-                v, other, other_axis = seen[root]
-                raise ShapeError(f"input {name!r} dim {axis} is {size} but must equal input {other!r} dim {other_axis} ({v})")
-            seen.setdefault(root, (size, name, axis))
-            facts = c.facts.get(root)
-            if facts is None:
-                continue
-            if size < facts.lo or (facts.hi is not None and size > facts.hi):
-                hi = "inf" if facts.hi is None else facts.hi
-                raise ShapeError(f"input {name!r} dim {axis} is {size} but {sym} must be in [{facts.lo}, {hi}]")
-            if facts.divisor > 1 and size % facts.divisor:
-                raise ShapeError(f"input {name!r} dim {axis} is {size} but {sym} must be a multiple of {facts.divisor}")
+    """Raise a clear error if ``tensors`` cannot run ``g`` (dtype, rank, device, dims and their constraints)."""
+    InputChecker(g, names)(tensors)

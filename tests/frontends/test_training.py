@@ -156,7 +156,10 @@ def test_fifty_training_steps_follow_eager_loss_curve_without_recompiling() -> N
 
 
 def test_dropout_in_training_is_statistically_dropout_and_reproducible() -> None:
-    """Dropout runs in PyTorch (its RNG, its kernel): the graph around it still compiles."""
+    """Dropout compiles (a counter-based generator seeded from torch's): forward and backward run natively."""
+    from disc.api import clear_reports, reports
+
+    clear_reports()
 
     class Drop(torch.nn.Module):
         def __init__(self) -> None:
@@ -175,6 +178,8 @@ def test_dropout_in_training_is_statistically_dropout_and_reproducible() -> None
     torch.manual_seed(1)
     b = compiled(x)
     torch.testing.assert_close(a, b)  # same seed, same mask
+    c = compiled(x)
+    assert ((a == 0) != (c == 0)).float().mean() > 0.2  # the next call draws a new mask
     dropped = (a == 0).float().mean().item()
     n = a.numel()
     assert abs(dropped - 0.25) < 5 * (0.25 * 0.75 / n) ** 0.5, dropped  # within 5 sigma of p
@@ -186,3 +191,6 @@ def test_dropout_in_training_is_statistically_dropout_and_reproducible() -> None
     with torch.no_grad():
         want_grad = (kept.float() / 0.75 * (model.linear(x) > 0)).sum((0, 1))
     torch.testing.assert_close(model.linear.bias.grad, want_grad, rtol=1e-4, atol=1e-3)
+    graphs = [r for r in reports() if r.source == "torch.compile"]
+    assert [r.backend.name for r in graphs] == ["native-cpu", "native-cpu"], [(r.name, r.backend.reason) for r in graphs]
+    assert not any(r.fallbacks for r in graphs)

@@ -425,6 +425,31 @@ case(
     lambda S: T("f32", 5),
 )
 
+
+
+def splitmix_uniform(seed: int, site: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """SplitMix64 over (seed, site, position) in Python's unbounded ints, masked to 64 bits."""
+    mask = (1 << 64) - 1
+    values = []
+    for i in range(math.prod(shape)):
+        z = (seed + (site + 1) * 0xD1B54A32D192ED03 + i * 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        z ^= z >> 31
+        values.append((z >> 40) / 2**24)
+    return torch.tensor(values, dtype=torch.float32).reshape(shape)
+
+
+case(
+    "random_uniform",
+    [("s", "i64", (1,)), ("x", "f32", ("a", "b"))],
+    lambda g, s, x: g.add("random_uniform", [s, dim(g, x, 0), dim(g, x, 1)], {"site": 3}),
+    lambda s, x: splitmix_uniform(int(s[0]), 3, tuple(x.shape)),
+    lambda S: T("f32", S.a, S.b),
+    [{"a": 1, "b": 1}, {"a": 3, "b": 5}, {"a": 0, "b": 4}, {"a": 2, "b": 9}],
+    make={"s": lambda shape, env, gen: torch.tensor([-(2**63) + 5 if env["b"] == 9 else 2**62 + env["a"]])},
+)
+
 # -- reductions ------------------------------------------------------------------------------------
 ENVS3 = [{"a": 1, "b": 1, "c": 1}, {"a": 3, "b": 5, "c": 2}, {"a": 0, "b": 3, "c": 4}]
 ABC = ("a", "b", "c")

@@ -277,6 +277,13 @@ class _Emitter:
     def _op_index_to_tensor(self, n: Node, idx: Idx) -> str:
         return f"static_cast<{C_TYPES[n.dtype]}>({self.dim(n.inputs[0].type.value)})"
 
+    def _op_random_uniform(self, n: Node, idx: Idx) -> str:
+        from disc.ir.ops.random import SITE_STEP
+
+        seed = self.value(n.inputs[0], Idx(("1",), ("0",)))
+        offset = (n.attrs["site"] + 1) * SITE_STEP % (1 << 64)
+        return f"disc_uniform({seed}, {offset}ull, {self.linear_of(idx)})"
+
     def _index_scalar(self, n: Node) -> str:
         if not isinstance(n.type, IndexType):
             raise Unsupported(f"%{n.name} must be a shape scalar")

@@ -149,6 +149,16 @@ static inline float disc_exp(float x) {
 }
 static inline double disc_exp(double x) { return std::exp(x); }
 
+// random_uniform (disc/ir/ops/random.py): a SplitMix64 mix of (seed, site, position), the same bits
+// as the reference; 64-bit multiplies vectorise with AVX-512DQ.
+static inline float disc_uniform(int64_t seed, uint64_t site_offset, int64_t i) {
+  uint64_t z = uint64_t(seed) + site_offset + uint64_t(i) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return float(int32_t(z >> 40)) * 5.9604644775390625e-08f;
+}
+
 template <class T> static inline T disc_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T disc_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <class T> static inline T disc_relu(T x) { return x < T(0) ? T(0) : x; }

@@ -221,7 +221,7 @@ def _compile_aten(
         dims = {axis: str(d.node.expr) for axis, d in enumerate(val.shape) if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
         specs.append(InputSpec(name, dims))
         tensor_positions.append(pos)
-    importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True)
+    importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True, allow_rng=True)
     graph = run_pipeline(importer.graph)
     executor, choice = make_executor(graph, importer.fallbacks)
     report = CompileReport(
@@ -234,13 +234,20 @@ def _compile_aten(
     )
     record_report(report)
     names = [s.name for s in specs]
+    seeded = importer.rng_seed is not None  # the graph draws random numbers: one fresh seed per call
+    if seeded:
+        names.append(importer.rng_seed.name)
     host_outputs = _HostOutputs(placeholders, fx_inputs, importer.output_layout)
 
-    from disc.runtime.checks import check_inputs
+    from disc.runtime.checks import InputChecker
+
+    check_inputs = InputChecker(graph, names)
 
     def run(*args: Any) -> list[Any]:
         tensors = [args[p] for p in tensor_positions]
-        check_inputs(graph, names, tensors)
+        if seeded:  # from torch's generator, so torch.manual_seed reproduces the draws
+            tensors.append(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64))
+        check_inputs(tensors)
         report.calls += 1
         with torch.no_grad():
             outs = executor.run(tensors)

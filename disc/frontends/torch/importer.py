@@ -57,6 +57,9 @@ class Fallback:
         return out[self.output_index] if self.output_index is not None else out
 
 
+RNG_SEED_INPUT = "rng_seed"  # the graph input (i64[1]) seeding every random op of a call
+
+
 @dataclass(frozen=True)
 class Unavailable:
     """A non-tensor value disc does not compute; importing an op that reads it fails with ``reason``."""
@@ -90,6 +93,11 @@ class Importer:
         self.fallback_counts: dict[str, int] = {}
         self.env: dict[torch.fx.Node, Any] = {}
         self.output_layout: list[Any] = []  # per FX output: graph output index, or the FX value itself
+        # Random ops compile to counter-based generators seeded by an extra input the caller
+        # fills per call (``RNG_SEED_INPUT``); callers that cannot leave them to PyTorch.
+        self.allow_rng = False
+        self.rng_seed: Node | None = None
+        self.rng_sites = 0
 
     # -- symbols and index values -------------------------------------------------------
     def sym_to_expr(self, s: Any) -> DimLike:
@@ -183,6 +191,17 @@ class Importer:
     def sizes(self, dims: Sequence[DimLike]) -> list[Node]:
         return [self.index(d) for d in dims]
 
+    # -- random numbers -------------------------------------------------------------------
+    def random_uniform(self, shape: Sequence[DimLike]) -> Node:
+        """Uniform [0, 1) floats of ``shape``, from a site of their own of this call's seed."""
+        if not self.allow_rng:
+            raise LoweringError("random ops need a per-call seed, which this caller does not supply")
+        if self.rng_seed is None:
+            self.rng_seed = self.graph.add_input(RNG_SEED_INPUT, TensorType("i64", (1,)))
+        site = self.rng_sites
+        self.rng_sites += 1
+        return self.graph.add("random_uniform", (self.rng_seed, *self.sizes(shape)), {"site": site})
+
     # -- fallback -----------------------------------------------------------------------
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any:
         """Run ``fx_node`` in PyTorch: one ``torch_fallback`` node per tensor result."""
@@ -245,6 +264,7 @@ def import_fx(
     name: str = "main",
     symbol_hints: dict[Any, str] | None = None,
     allow_host_outputs: bool = False,
+    allow_rng: bool = False,
 ) -> Importer:
     """Import an ATen FX graph.
 
@@ -253,11 +273,14 @@ def import_fx(
     With ``allow_host_outputs``, outputs that are not tensors (``None`` gradients,
     sizes a training forward saves for its backward) are left to the caller:
     ``output_layout`` says, per FX output, which graph output it is (an int) or
-    which FX value the host must supply instead.
+    which FX value the host must supply instead. With ``allow_rng``, random ops
+    (dropout) compile to counter-based generators; the graph then gets a last
+    input ``rng_seed`` (i64[1]) the caller fills with a fresh seed per call.
     """
     from disc.frontends.torch.lowering import LOWERINGS, SYMINT_OPS
 
     imp = Importer(name)
+    imp.allow_rng = allow_rng
     g = imp.graph
     user_inputs = iter(inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

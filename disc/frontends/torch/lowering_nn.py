@@ -243,3 +243,23 @@ def _adaptive_avg_pool2d(ctx: Importer, fx_node, x: Node, output_size: Sequence[
 
 
 _ = scalar
+
+
+# -- dropout -------------------------------------------------------------------------------
+@lower(aten.native_dropout.default)
+def _native_dropout(ctx: Importer, fx_node, x: Node, p: float, train: Any = True) -> list[Node]:
+    """(x * mask / (1 - p), mask) with mask ~ Bernoulli(1 - p): a counter-based draw (``random_uniform``).
+
+    The mask differs from eager's (another generator), but has the same law and is
+    reproduced by ``torch.manual_seed``; the product keeps torch's form, so a NaN in a
+    dropped position stays NaN as in eager.
+    """
+    if isinstance(p, Node) or isinstance(train, Node):
+        raise LoweringError("dropout with a traced probability")
+    if train is False or p == 0:
+        return [x, broadcast_to(ctx, scalar(ctx, True, "i1"), x.shape)]
+    if p >= 1:
+        return [elementwise(ctx, "mul", [x, 0.0], x.dtype), broadcast_to(ctx, scalar(ctx, False, "i1"), x.shape)]
+    keep = elementwise(ctx, "lt", [ctx.random_uniform(x.shape), 1.0 - float(p)], "f32")
+    kept = elementwise(ctx, "mul", [x, convert(ctx, keep, x.dtype)], x.dtype)
+    return [elementwise(ctx, "mul", [kept, 1.0 / (1.0 - float(p))], x.dtype), keep]
