@@ -194,3 +194,26 @@ def test_dropout_in_training_is_statistically_dropout_and_reproducible() -> None
     graphs = [r for r in reports() if r.source == "torch.compile"]
     assert [r.backend.name for r in graphs] == ["native-cpu", "native-cpu"], [(r.name, r.backend.reason) for r in graphs]
     assert not any(r.fallbacks for r in graphs)
+
+
+@pytest.mark.parametrize("partitioner", ["min_cut", "default"])
+def test_both_partitioners_give_eager_gradients(partitioner: str) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="disc", dynamic=True, options={"partitioner": partitioner})
+    for rows in (5, 1, 12):
+        x = torch.randn(rows, 16)
+        compiled(x).pow(2).sum().backward()
+        twin(x).pow(2).sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_an_unknown_option_or_partitioner_is_a_clear_error() -> None:
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(Exception, match="unknown option.*'partitoner'"):
+        torch.compile(model, backend="disc", options={"partitoner": "default"})(torch.randn(2, 4, requires_grad=True))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="partitioner 'greedy' is not one of"):
+        torch.compile(model, backend="disc", options={"partitioner": "greedy"})(torch.randn(2, 4, requires_grad=True))
+    torch._dynamo.reset()

@@ -28,9 +28,23 @@ def _user_name(placeholder: str) -> str:
     return name.rstrip("_") or placeholder
 
 
+OPTIONS = ("partitioner",)  # what torch.compile(backend="disc", options={...}) accepts
+PARTITIONERS = ("min_cut", "default")
+
+
 def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
-    """The torch.compile backend (registered as ``"disc"``)."""
+    """The torch.compile backend (registered as ``"disc"``).
+
+    ``torch.compile(..., options={"partitioner": "default"})`` saves every activation a
+    training backward needs instead of min-cut rematerialisation (``$DISC_PARTITIONER``
+    sets the default).
+    """
     from torch._functorch.aot_autograd import aot_module_simplified
+
+    settings = dict(options.get("options") or {})
+    unknown = sorted(set(settings) - set(OPTIONS)) + sorted(set(options) - {"options"})
+    if unknown:
+        raise ValueError(f"torch.compile(backend='disc'): unknown option(s) {unknown}; disc takes options={{{', '.join(repr(k) + ': ...' for k in OPTIONS)}}}")
 
     # Tensor inputs only: dynamo also passes SymInt sizes as placeholders.
     user_names = [_user_name(n.target) for n in gm.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("example_value"), torch.Tensor)]
@@ -67,7 +81,7 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
         list(example_inputs),
         fw_compiler=fw_compiler,
         bw_compiler=bw_compiler,
-        partition_fn=_partitioner(),
+        partition_fn=_partitioner(settings.get("partitioner")),
         decompositions=_decompositions(),
     )
     # AOTAutograd compiles the backward lazily or at once depending on the torch version;
@@ -88,18 +102,21 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
     return table
 
 
-def _partitioner() -> Callable[..., Any]:
+def _partitioner(name: str | None = None) -> Callable[..., Any]:
     """How AOTAutograd splits a training graph into forward and backward.
 
-    The min-cut partitioner saves fewer activations (cheap ops are recomputed in
-    the backward); ``DISC_PARTITIONER=default`` saves every needed activation.
-    Which saves more memory at equal speed is not measured yet.
+    ``"min_cut"`` (the default) saves fewer activations: cheap ops are recomputed
+    in the backward. ``"default"`` saves every activation the backward needs.
+    ``benchmarks/training.py`` measures both (system ``disc-save-all``).
     """
     import os
 
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
-    if os.environ.get("DISC_PARTITIONER", "min_cut") == "default":
+    name = name or os.environ.get("DISC_PARTITIONER", "min_cut")
+    if name not in PARTITIONERS:
+        raise ValueError(f"partitioner {name!r} is not one of {PARTITIONERS}")
+    if name == "default":
         return default_partition
 
     def min_cut(*args: Any, **kwargs: Any) -> Any:
