@@ -17,7 +17,10 @@ from disc.shape.expr import SymExpr
 
 
 class InputChecker:
-    """The checks of ``check_inputs`` for one graph, worked out once: per call only sizes are compared."""
+    """Checks call inputs against ``g`` (dtype, rank, device, dims and their constraints), raising a clear error.
+
+    What to compare is worked out once per graph; a call only compares sizes.
+    """
 
     def __init__(self, g: Graph, names: Sequence[str]) -> None:
         self.names = list(names)
@@ -72,7 +75,3 @@ class InputChecker:
                 if facts.divisor > 1 and size % facts.divisor:
                     raise ShapeError(f"input {name!r} dim {axis} is {size} but {sym} must be a multiple of {facts.divisor}")
 
-
-def check_inputs(g: Graph, names: Sequence[str], tensors: Sequence[object]) -> None:
-    """Raise a clear error if ``tensors`` cannot run ``g`` (dtype, rank, device, dims and their constraints)."""
-    InputChecker(g, names)(tensors)

@@ -41,6 +41,7 @@ from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
+from disc.ir.ops.random import site_offset
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import IndexType
 
@@ -278,11 +279,8 @@ class _Emitter:
         return f"static_cast<{C_TYPES[n.dtype]}>({self.dim(n.inputs[0].type.value)})"
 
     def _op_random_uniform(self, n: Node, idx: Idx) -> str:
-        from disc.ir.ops.random import SITE_STEP
-
         seed = self.value(n.inputs[0], Idx(("1",), ("0",)))
-        offset = (n.attrs["site"] + 1) * SITE_STEP % (1 << 64)
-        return f"disc_uniform({seed}, {offset}ull, {self.linear_of(idx)})"
+        return f"disc_uniform({seed}, {site_offset(n.attrs['site'])}ull, {self.linear_of(idx)})"
 
     def _index_scalar(self, n: Node) -> str:
         if not isinstance(n.type, IndexType):
@@ -372,7 +370,7 @@ class _Emitter:
         out = self.dims_of(idx)
         t = C_TYPES[n.dtype]
         acc = self.fresh("w")
-        init = (REDUCE_INIT_INT if n.dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT)[kind].format(t=t)
+        init = _reduce_init(kind, n.dtype)
         self.w(f"{t} {acc} = {init};")
         # Positions in the padding are masked, not branched around: the load reads a
         # clamped (always valid) position and a select drops it. In the interior of
@@ -422,6 +420,12 @@ class _Emitter:
         if self.dims_of(idx) != row:
             raise Unsupported(f"reduction %{n.name} is read at another row than the one being computed")
         return var
+
+
+def _reduce_init(kind: str, dtype: str) -> str:
+    """The C++ identity of a reduction ``kind`` in ``dtype`` (integers have no infinity)."""
+    table = REDUCE_INIT_INT if dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT
+    return table[kind].format(t=C_TYPES[dtype])
 
 
 def _atomic(expr: str) -> str:
@@ -654,10 +658,8 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     for lvl in range(1, last_level + 1):
         batch = [r for r in reductions if level[r] == lvl]
         for r in batch:
-            kind = r.attrs["kind"]
-            init = (REDUCE_INIT_INT if r.dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT)[kind]
             acc = em.fresh("acc")
-            em.w(f"{t_of[r]} {acc} = {init.format(t=t_of[r])};")
+            em.w(f"{t_of[r]} {acc} = {_reduce_init(r.attrs['kind'], r.dtype)};")
             em.accs[r] = (acc, row_of[r])
         # max/min vectorise as plain compare-selects plus a NaN flag: torch propagates NaN, the
         # hardware max does not, so a row that saw a NaN gets NaN after the loop.
@@ -767,8 +769,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
     em.w(f"const int64_t nt = rows * cols >= {PARALLEL_MIN_ELEMENTS} ? std::max<int64_t>(1, std::min<int64_t>(disc_threads(), rows)) : 1;")
     parts: dict[Node, str] = {}
     for r in reductions:
-        t, kind = C_TYPES[r.dtype], r.attrs["kind"]
-        init = (REDUCE_INIT_INT if r.dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT)[kind].format(t=t)
+        t, init = C_TYPES[r.dtype], _reduce_init(r.attrs["kind"], r.dtype)
         parts[r] = em.fresh("part")
         em.w(f"std::unique_ptr<{t}[]> {parts[r]}(new {t}[nt * cols]);")
         em.w(f"std::fill({parts[r]}.get(), {parts[r]}.get() + nt * cols, {t}({init}));")

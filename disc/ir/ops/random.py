@@ -36,6 +36,11 @@ def _rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
     return tuple(index_value(t, "random_uniform") for t in types[1:])
 
 
+def site_offset(site: int) -> int:
+    """What ``site`` adds to the seed, modulo 2**64 (the C++ kernel adds the same constant)."""
+    return (site + 1) * SITE_STEP % (1 << 64)
+
+
 def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
@@ -52,7 +57,7 @@ def random_uniform(seed: torch.Tensor, *sizes: int, site: int) -> torch.Tensor:
     for s in sizes:
         n *= int(s)
     z = torch.arange(n, dtype=torch.int64) * _signed(STATE_STEP)
-    z = z + _signed((int(seed.reshape(-1)[0]) + (site + 1) * SITE_STEP) % (1 << 64))
+    z = z + _signed((int(seed.reshape(-1)[0]) + site_offset(site)) % (1 << 64))
     z = (z ^ _shr(z, 30)) * _signed(MIX1)
     z = (z ^ _shr(z, 27)) * _signed(MIX2)
     z = z ^ _shr(z, 31)
