@@ -18,7 +18,7 @@ import torch
 from disc.errors import CompileError, InputError
 from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
-from disc.runtime.backend import make_executor
+from disc.runtime.backend import example_device, executor_device, make_executor
 from disc.runtime.checks import InputChecker
 from disc.runtime.reference import ExecutionProfile
 from disc.shape.expr import parse_expr
@@ -109,7 +109,7 @@ class CompiledModule:
         self.executor = executor
         self.input_names = input_names
         self.out_spec = out_spec
-        self._check_inputs = InputChecker(report.graph, input_names)
+        self._check_inputs = InputChecker(report.graph, input_names, executor_device(executor))
 
     @property
     def graph(self) -> Graph:
@@ -158,9 +158,10 @@ def compile(
     inputs sharing a name share the dim. Other dims are static.
     ``constraints`` adds user facts: ``{"seq": {"min": 1, "max": 512, "multiple_of": 8}}``
     or expressions such as ``["seq == 2*half"]`` (checked at every call).
-    ``backend``: "auto" (default, or ``$DISC_BACKEND``): the native CPU program, or the
-    reference executor where the graph has no native form; "native": that, or an error;
-    "reference": op by op with torch.
+    ``backend``: "auto" (default, or ``$DISC_BACKEND``): the native CPU program for CPU
+    inputs, the Triton program for GPU inputs, or the reference executor where the graph
+    has no such form; "native" / "triton": that program, or an error; "reference": op by
+    op with torch.
     """
     from disc.frontends.torch.export import capture
     from disc.passes.pipeline import run_pipeline
@@ -173,7 +174,7 @@ def compile(
     graph = captured.importer.graph
     _apply_user_facts(graph, facts, ranges)
     graph = run_pipeline(graph)
-    executor, choice = make_executor(graph, captured.importer.fallbacks, backend)
+    executor, choice = make_executor(graph, captured.importer.fallbacks, backend, example_device(example_inputs))
     report = CompileReport(
         name=type(model).__name__,
         source="disc.compile",

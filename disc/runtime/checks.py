@@ -22,8 +22,9 @@ class InputChecker:
     What to compare is worked out once per graph; a call only compares sizes.
     """
 
-    def __init__(self, g: Graph, names: Sequence[str]) -> None:
+    def __init__(self, g: Graph, names: Sequence[str], device: str = "cpu") -> None:
         self.names = list(names)
+        self.device = device  # the device type the program runs on
         self.n = len(g.inputs)
         c = g.constraints
         # Per input: (name, dtype, rank, type text, [(axis, static size | None, root | None, symbol, facts)]).
@@ -52,8 +53,8 @@ class InputChecker:
                 raise InputError(f"input {name!r} has dtype {t.dtype}, compiled for {dtype}")
             if t.dim() != rank:
                 raise InputError(f"input {name!r} has rank {t.dim()} (shape {tuple(t.shape)}), compiled for rank {rank} {ty}")
-            if t.device.type != "cpu":
-                raise InputError(f"input {name!r} is on {t.device}; this program was compiled for the CPU")
+            if t.device.type != self.device:
+                raise InputError(f"input {name!r} is on {t.device}; this program was compiled for {self.device}")
             shape = t.shape
             for axis, static, root, sym, facts in dims:
                 size = int(shape[axis])

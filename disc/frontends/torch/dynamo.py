@@ -216,7 +216,7 @@ def _compile_aten(
 
     from disc.api import CompileReport, record_report
     from disc.passes.pipeline import run_pipeline
-    from disc.runtime.backend import make_executor
+    from disc.runtime.backend import example_device, executor_device, make_executor
 
     placeholders = [n for n in fx_gm.graph.nodes if n.op == "placeholder"]
     # Inference graphs from AOTAutograd lift parameters and buffers first; they
@@ -240,7 +240,7 @@ def _compile_aten(
         tensor_positions.append(pos)
     importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True, allow_rng=True)
     graph = run_pipeline(importer.graph)
-    executor, choice = make_executor(graph, importer.fallbacks)
+    executor, choice = make_executor(graph, importer.fallbacks, device=example_device(fx_inputs))
     report = CompileReport(
         name=f"torch.compile graph {len(_reports_from_dynamo()) + 1}" + ("" if kind == "forward" else f" ({kind})"),
         source="torch.compile",
@@ -258,12 +258,12 @@ def _compile_aten(
 
     from disc.runtime.checks import InputChecker
 
-    check_inputs = InputChecker(graph, names)
+    check_inputs = InputChecker(graph, names, executor_device(executor))
 
     def run(*args: Any) -> list[Any]:
         tensors = [args[p] for p in tensor_positions]
         if seeded:  # from torch's generator, so torch.manual_seed reproduces the draws
-            tensors.append(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64))
+            tensors.append(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64, device=check_inputs.device))
         check_inputs(tensors)
         report.calls += 1
         with torch.no_grad():

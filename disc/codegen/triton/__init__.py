@@ -1,0 +1,1 @@
+"""The GPU code generator: the shared fusion plan and lowering, printed as Triton kernels and a Python host flow."""

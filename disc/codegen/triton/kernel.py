@@ -1,0 +1,749 @@
+"""One Triton kernel per fused group: loop, input (reduction) and stitch kernels.
+
+The GPU counterpart of ``codegen/cpu/kernel.py``, over the same lowered
+steps: a kernel computes each value it needs *at an index*, walking from the
+group's outputs back to the buffers it reads, but an index here is a block
+of positions (Triton tensors of int64), so every value is a block and every
+load is masked. Dims are kernel arguments computed by the host (each
+distinct dim expression the kernel uses is one ``d<k>`` argument), so one
+kernel serves every shape; structurally identical groups print the same
+text and share one kernel.
+
+Schedules (a kernel's *versions*; the host picks one per call from the
+actual dims, the last always applies):
+
+- loop: a 1-D grid over the elements, ``BLOCK`` of them per program; a
+  ``small`` launch (fewer, narrower programs) for tiny work;
+- row reductions (input and stitch groups; LayerNorm, softmax): ``block-row``
+  holds ``BLOCK_M`` whole rows in registers (``BLOCK_N`` >= the row length),
+  so every pass reuses the loaded and computed row: the stitch through
+  registers; ``loop-row`` gives a program one row and loops over it in
+  chunks, once per dependent reduction and once to write, recomputing
+  operands (any row length);
+- column reductions (over leading dims: bias gradients): a program owns a
+  block of kept elements and walks the reduced rows in memory order;
+- broadcast speculation as on the CPU: where a dim may or may not be 1, a
+  ``no-broadcast`` version reads operands at the output's own index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from disc.codegen.lowering import KernelStep, Unsupported
+from disc.codegen.triton.ops import FLOATS, REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
+from disc.ir.graph import Node
+from disc.ir.registry import ELEMENTWISE, get_spec
+from disc.ir.types import IndexType
+from disc.shape.constraints import ShapeConstraints
+from disc.shape.expr import DimLike, SymExpr, as_expr
+
+LOOP_BLOCK = 1024  # elements per program of a loop kernel
+SMALL_WORK = 16384  # below this, the ``small`` launch (BLOCK 128, one warp)
+ROW_BLOCK_MAX = 4096  # longest row a ``block-row`` reduction holds in registers
+ROW_TILE = 4096  # elements of a block-row tile: BLOCK_M = ROW_TILE // BLOCK_N rows per program
+LOOP_ROW_BLOCK = 1024  # chunk of a ``loop-row`` reduction
+COLUMN_BLOCK = (32, 64)  # (rows, kept elements) of a column-reduction tile
+WINDOW_UNROLL_MAX = 256  # pooling windows are unrolled; larger ones are not generated
+
+
+@dataclass
+class Idx:
+    """A block of positions in a value of shape ``shape``: per-dim index blocks, the linear offset, or both."""
+
+    shape: tuple[str, ...]
+    dims: tuple[str, ...] | None = None
+    linear: str | None = None
+
+
+@dataclass
+class Version:
+    label: str
+    condition: str  # Python over the kernel's dim arguments (d0, d1, ...), evaluated by the host
+    function: str  # the @triton.jit function's name
+    grid: str  # Python: the number of programs
+    constexprs: dict[str, str]  # constexpr name -> Python value expression
+    num_warps: int = 4
+
+
+@dataclass
+class TritonKernel:
+    name: str
+    text: str  # the @triton.jit functions, one per distinct body
+    versions: list[Version]
+    params: list[Node] = field(default_factory=list)  # buffers in parameter order: outputs, then inputs
+    dims: list[SymExpr] = field(default_factory=list)  # the dim arguments d0, d1, ... in order
+
+
+class DimArgs:
+    """The dims one kernel uses, each a ``d<k>`` argument; the host passes their values."""
+
+    def __init__(self, c: ShapeConstraints) -> None:
+        self.c = c
+        self.exprs: list[SymExpr] = []
+        self.names: dict[SymExpr, str] = {}
+
+    def __call__(self, d: DimLike) -> str:
+        e = self.c.normalize(as_expr(d))
+        if e.is_const:
+            return str(e.const_value)
+        if e not in self.names:
+            self.names[e] = f"d{len(self.exprs)}"
+            self.exprs.append(e)
+        return self.names[e]
+
+    def product(self, dims: list[DimLike]) -> str:
+        """One argument for the product of ``dims`` (never multiplied in the kernel: 32-bit arguments could overflow)."""
+        p = SymExpr.const(1)
+        for d in dims:
+            p = p * as_expr(d)
+        return self(p)
+
+
+class _Writer:
+    def __init__(self, depth: int = 1) -> None:
+        self.lines: list[str] = []
+        self.depth = depth
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+
+def _is_literal(expr: str) -> bool:
+    return expr.lstrip("-").replace(".", "", 1).replace("e-", "").replace("e+", "").isdigit() or expr.startswith("float(")
+
+
+class _Emitter:
+    """Emits the statements computing values of one group at blocks of indices."""
+
+    def __init__(self, step: KernelStep, dims: DimArgs, assume_no_broadcast: bool) -> None:
+        self.step = step
+        self.d = dims
+        self.c = dims.c
+        self.members = set(step.group.nodes)
+        self.buffers: dict[Node, str] = {}
+        for i, n in enumerate(step.outputs):
+            self.buffers[n] = f"out{i}"
+        k = 0
+        for n in step.inputs:
+            if n not in self.buffers:
+                self.buffers[n] = f"in{k}"
+                k += 1
+        self.w = _Writer()
+        self.scopes: list[dict] = [{}]
+        self.masks: list[str] = ["mask"]
+        self.counter = 0
+        self.assume_no_broadcast = assume_no_broadcast
+        self.maybe_broadcast = False
+        self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
+
+    # -- small helpers ----------------------------------------------------------------
+    def dim(self, d: DimLike) -> str:
+        return self.d(d)
+
+    def shape(self, n: Node) -> tuple[str, ...]:
+        return tuple(self.dim(d) for d in n.shape)
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def let(self, expr: str, prefix: str = "v") -> str:
+        if expr.isidentifier() or _is_literal(expr):
+            return expr
+        name = self.fresh(prefix)
+        self.w(f"{name} = {expr}")
+        return name
+
+    def memo_get(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def push(self, mask: str | None = None) -> None:
+        self.scopes.append({})
+        self.masks.append(mask or self.masks[-1])
+
+    def pop(self) -> None:
+        self.scopes.pop()
+        self.masks.pop()
+
+    def dims_of(self, idx: Idx) -> tuple[str, ...]:
+        if idx.dims is None:
+            key = ("delin", idx.shape, idx.linear)
+            got = self.memo_get(key)
+            if got is None:
+                rest = idx.linear
+                out = []
+                for k in range(len(idx.shape) - 1, -1, -1):
+                    size = idx.shape[k]
+                    if size == "1":
+                        out.append("0")
+                    elif k == 0:
+                        out.append(rest)
+                    else:
+                        out.append(self.let(f"{rest} % {size}", "i"))
+                        rest = self.let(f"{rest} // {size}", "q")
+                got = tuple(reversed(out))
+                self.scopes[-1][key] = got
+            idx.dims = got
+        return idx.dims
+
+    def linear_of(self, idx: Idx) -> str:
+        if idx.linear is None:
+            expr = "0"
+            for size, i in zip(idx.shape, idx.dims or ()):
+                if expr == "0":
+                    expr = i
+                elif size == "1":
+                    continue
+                else:
+                    expr = f"({expr}) * {size} + {i}"
+            idx.linear = self.let(expr, "l")
+        return idx.linear
+
+    def load(self, n: Node, idx: Idx) -> str:
+        lin = self.linear_of(idx)
+        if _is_literal(lin):  # one element (a 0-d or 1-element tensor): a scalar load
+            return f"tl.load({self.buffers[n]} + {lin})"
+        return f"tl.load({self.buffers[n]} + {lin}, mask={self.masks[-1]}, other=0)"
+
+    # -- values -------------------------------------------------------------------------
+    def value(self, n: Node, idx: Idx) -> str:
+        if n.op == "constant" and n.attrs.get("ref") is None:
+            return literal(n.attrs["value"], n.dtype)
+        key = (n, idx.dims, idx.linear)
+        got = self.memo_get(key)
+        if got is not None:
+            return got
+        if n not in self.members:
+            if n not in self.buffers:
+                raise Unsupported(f"%{n.name} is read by a kernel but has no buffer")
+            expr = self.load(n, idx)
+        else:
+            expr = self._compute(n, idx)
+        name = self.let(expr)
+        self.scopes[-1][key] = name
+        return name
+
+    def _compute(self, n: Node, idx: Idx) -> str:
+        op = n.op
+        if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert"):
+            operand_dtype = n.inputs[0].dtype
+            form = unary(op, operand_dtype) if len(n.inputs) == 1 else binary(op, operand_dtype)
+            if form is None:
+                raise Unsupported(f"no Triton form for elementwise op {op} on {operand_dtype}")
+            return form.format(*(self.value(x, idx) for x in n.inputs))
+        if op == "select":
+            p, a, b = (self.value(x, idx) for x in n.inputs)
+            return f"tl.where({p}, {a}, {b})"
+        if op == "convert":
+            x = self.value(n.inputs[0], idx)
+            if n.dtype == "i1":
+                return f"({x} != 0)"
+            if _is_literal(x):
+                return literal(float(eval(x)) if n.dtype in FLOATS else int(float(eval(x))), n.dtype)  # noqa: S307 (our own literal)
+            return f"{x}.to({TL_TYPES[n.dtype]})"
+        handler = getattr(self, f"_op_{op}", None)
+        if handler is None:
+            raise Unsupported(f"no Triton kernel form for op {op} (%{n.name})")
+        return handler(n, idx)
+
+    def _operand_idx(self, x: Node, dims: list[str]) -> Idx:
+        return Idx(self.shape(x), tuple(dims))
+
+    def _op_broadcast_in_dim(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        out = self.dims_of(idx)
+        dims = []
+        for m, d in enumerate(n.attrs["dims"]):
+            src, dst = x.shape[m], n.shape[d]
+            if self.c.prove_is_one(src):
+                dims.append("0")
+            elif self.c.prove_equal(src, dst) or self.assume_no_broadcast:
+                self.maybe_broadcast |= not self.c.prove_equal(src, dst)
+                dims.append(out[d])
+            else:
+                self.maybe_broadcast = True
+                dims.append(self.let(f"tl.where({self.dim(src)} == 1, 0, {out[d]})", "b"))
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _op_reshape(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        if idx.dims is None:
+            return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
+        # Trailing dims the reshape leaves alone keep their index; only the rest is re-linearised.
+        k = 0
+        while k < min(len(n.shape), len(x.shape)) and self.c.prove_equal(n.shape[-1 - k], x.shape[-1 - k]):
+            k += 1
+        out_shape, in_shape = self.shape(n), self.shape(x)
+        suffix = idx.dims[len(idx.dims) - k :] if k else ()
+        head = Idx(out_shape[: len(out_shape) - k], idx.dims[: len(idx.dims) - k])
+        if not head.shape:
+            return self.value(x, Idx(in_shape, ("0",) * (len(in_shape) - k) + tuple(suffix)))
+        prefix = self.dims_of(Idx(in_shape[: len(in_shape) - k], None, self.linear_of(head)))
+        return self.value(x, Idx(in_shape, tuple(prefix) + tuple(suffix)))
+
+    def _op_transpose(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        out = self.dims_of(idx)
+        dims = [""] * len(out)
+        for k, p in enumerate(n.attrs["perm"]):
+            dims[p] = out[k]
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _op_iota(self, n: Node, idx: Idx) -> str:
+        return f"({self.dims_of(idx)[0]}).to({TL_TYPES[n.dtype]})"
+
+    def _op_index_to_tensor(self, n: Node, idx: Idx) -> str:
+        value = self.dim(n.inputs[0].type.value)
+        return f"tl.full([], {value}, {TL_TYPES[n.dtype]})"
+
+    def _index_scalar(self, n: Node) -> str:
+        if not isinstance(n.type, IndexType):
+            raise Unsupported(f"%{n.name} must be a shape scalar")
+        return self.dim(n.type.value)
+
+    def _op_slice(self, n: Node, idx: Idx) -> str:
+        x, start, _ = n.inputs
+        axis, step = n.attrs["axis"], n.attrs["step"]
+        dims = list(self.dims_of(idx))
+        step_part = dims[axis] if step == 1 else f"{dims[axis]} * {step}"
+        dims[axis] = self.let(f"{self._index_scalar(start)} + {step_part}", "s")
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _gathered(self, n: Node, dims: list[str], axis: int, i: str) -> str:
+        """``x`` at ``dims`` with the ``axis`` index taken from ``i`` (negative counts from the end; out of range reads nothing)."""
+        x = n.inputs[0]
+        size = self.dim(x.shape[axis])
+        g = self.let(f"tl.where({i} < 0, {i} + {size}, {i})", "g")
+        dims[axis] = g
+        self.push(self.let(f"{self.masks[-1]} & ({g} >= 0) & ({g} < {size})", "m"))
+        v = self.value(x, self._operand_idx(x, dims))
+        self.pop()
+        return v
+
+    def _op_index_select(self, n: Node, idx: Idx) -> str:
+        index = n.inputs[1]
+        axis = n.attrs["axis"] % len(n.shape)
+        dims = list(self.dims_of(idx))
+        i = self.value(index, Idx(self.shape(index), (dims[axis],)))
+        return self._gathered(n, dims, axis, i)
+
+    def _op_gather(self, n: Node, idx: Idx) -> str:
+        index = n.inputs[1]
+        axis = n.attrs["axis"] % len(n.shape)
+        dims = list(self.dims_of(idx))
+        i = self.value(index, Idx(self.shape(index), tuple(dims)))
+        return self._gathered(n, dims, axis, i)
+
+    def _op_concat(self, n: Node, idx: Idx) -> str:
+        axis = n.attrs["axis"] % len(n.shape)
+        dims = self.dims_of(idx)
+        cases: list[tuple[str, str]] = []
+        offset = "0"
+        for x in n.inputs:
+            size = self.dim(x.shape[axis])
+            end = size if offset == "0" else self.let(f"{offset} + {size}", "e")
+            local = list(dims)
+            local[axis] = dims[axis] if offset == "0" else self.let(f"{dims[axis]} - {offset}", "c")
+            inside = self.let(f"({dims[axis]} >= {offset}) & ({dims[axis]} < {end})", "c")
+            self.push(self.let(f"{self.masks[-1]} & {inside}", "m"))
+            cases.append((inside, self.value(x, self._operand_idx(x, local))))
+            self.pop()
+            offset = end
+        expr = cases[-1][1]
+        for cond, v in reversed(cases[:-1]):
+            expr = f"tl.where({cond}, {v}, {expr})"
+        return expr
+
+    def _op_pad(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        dims = self.dims_of(idx)
+        local, conds = [], []
+        for k, lo in enumerate(n.attrs["low"]):
+            i = dims[k] if lo == 0 else self.let(f"{dims[k]} - {lo}", "p")
+            local.append(i)
+            if lo > 0:
+                conds.append(f"({i} >= 0)")
+            if n.attrs["high"][k] > 0 or lo > 0:
+                conds.append(f"({i} < {self.dim(x.shape[k])})")
+        if not conds:
+            return self.value(x, self._operand_idx(x, local))
+        inside = self.let(" & ".join(conds), "c")
+        self.push(self.let(f"{self.masks[-1]} & {inside}", "m"))
+        v = self.value(x, self._operand_idx(x, local))
+        self.pop()
+        return f"tl.where({inside}, {v}, {literal(n.attrs['value'], n.dtype)})"
+
+    def _op_reduce_window(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        kind = n.attrs["kind"]
+        if kind not in ("max", "sum"):
+            raise Unsupported(f"reduce_window kind {kind}")
+        rank = len(n.shape)
+        window, strides = n.attrs["window"], n.attrs["strides"]
+        dilation = n.attrs["dilation"] or (1,) * rank
+        padding = n.attrs["padding"] or ((0, 0),) * rank
+        windowed = [d for d in range(rank) if (window[d], strides[d], *padding[d]) != (1, 1, 0, 0)]
+        positions = [[]]
+        for d in windowed:
+            positions = [p + [k] for p in positions for k in range(window[d])]
+        if len(positions) > WINDOW_UNROLL_MAX:
+            raise Unsupported(f"reduce_window of {len(positions)} positions (at most {WINDOW_UNROLL_MAX} are unrolled)")
+        out = self.dims_of(idx)
+        init = reduce_init(kind, n.dtype)
+        acc = None
+        for combo in positions:
+            local, conds = list(out), []
+            for d, k in zip(windowed, combo):
+                pos = self.let(f"{out[d]} * {strides[d]} + {k * dilation[d] - padding[d][0]}", "p")
+                local[d] = pos
+                if padding[d] != (0, 0):
+                    conds.append(f"({pos} >= 0) & ({pos} < {self.dim(x.shape[d])})")
+            inside = " & ".join(conds) if conds else None
+            self.push(self.let(f"{self.masks[-1]} & {inside}", "m") if inside else None)
+            v = self.value(x, self._operand_idx(x, local))
+            self.pop()
+            if inside:
+                v = self.let(f"tl.where({inside}, {v}, {init})")
+            acc = v if acc is None else self.let(f"disc_max({acc}, {v})" if kind == "max" else f"{acc} + {v}", "w")
+        return acc or init
+
+    def _op_reduce(self, n: Node, idx: Idx) -> str:
+        if n not in self.accs:
+            raise Unsupported(f"reduction %{n.name} used outside its pass")
+        var, row = self.accs[n]
+        if self.dims_of(idx) != row:
+            raise Unsupported(f"reduction %{n.name} is read at another row than the one being computed")
+        return var
+
+
+# -- schedules ------------------------------------------------------------------------------
+def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: list[Node] | None = None) -> None:
+    for i, out in enumerate(step.outputs):
+        if only is not None and out not in only:
+            continue
+        source = out
+        while source.op == "reshape" and source in em.members:
+            source = source.inputs[0]
+        if em.c.prove_same_shape(out.shape, space.shape):
+            at = idx
+            v = em.value(out, at)
+        elif source is not out and em.c.prove_same_shape(source.shape, space.shape):
+            at = idx
+            v = em.value(source, idx)
+        elif em.c.prove_same_numel(out.shape, space.shape):
+            at = Idx(em.shape(out), None, em.linear_of(idx))
+            v = em.value(out, at)
+        else:
+            raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
+        em.w(f"tl.store(out{i} + {em.linear_of(at)}, {v}, mask={em.masks[-1]})")
+
+
+def _loop_body(step: KernelStep, dims: DimArgs, assume: bool) -> tuple[_Emitter, str]:
+    em = _Emitter(step, dims, assume)
+    root = step.group.nodes[-1]
+    n = dims.product(list(root.shape))
+    em.w("offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    em.w(f"mask = offs < {n}")
+    _write_outputs(em, step, root, Idx(em.shape(root), None, "offs"))
+    return em, n
+
+
+def _reduction_domain(step: KernelStep, c: ShapeConstraints) -> tuple[list[Node], Node, tuple[int, ...]]:
+    reductions = [n for n in step.group.nodes if n.op == "reduce"]
+    first = reductions[0]
+    domain = first.inputs[0]
+    rank = max(len(domain.shape), 1)
+    rdims = tuple(sorted(d % rank for d in first.attrs["dims"]))
+    for r in reductions[1:]:
+        if not c.prove_same_shape(r.inputs[0].shape, domain.shape) or tuple(sorted(d % rank for d in r.attrs["dims"])) != rdims:
+            raise Unsupported(f"reductions %{first.name} and %{r.name} reduce different spaces")
+    if not rdims:
+        raise Unsupported(f"reduction %{first.name} reduces no dims")
+    return reductions, domain, rdims
+
+
+def _levels(step: KernelStep) -> dict[Node, int]:
+    """Pass number of each reduction (1 + the deepest reduction it reads); other nodes inherit their operands' level."""
+    level: dict[Node, int] = {}
+    for n in step.group.nodes:
+        below = [level[x] for x in n.inputs if x in level]
+        if n.op == "reduce":
+            level[n] = 1 + max(below, default=0)
+        elif below:
+            level[n] = max(below)
+    return level
+
+
+def _combine_tile(kind: str, dtype: str, x: str, axis: int) -> str:
+    """``x`` (a tile whose masked positions hold the identity) reduced along ``axis``, keeping the dim."""
+    if kind == "sum":
+        return f"tl.sum({x}, axis={axis}, keep_dims=True)"
+    if dtype == "i1":
+        x = f"{x}.to(tl.int32)"
+    out = f"tl.reduce({x}, {axis}, {REDUCE_COMBINE[kind]}, keep_dims=True)"
+    return f"({out} != 0)" if dtype == "i1" else out
+
+
+def _masked(em: _Emitter, r: Node, x: str) -> str:
+    """``x`` as the reduction's dtype with positions outside the mask set to the identity."""
+    if r.inputs[0].dtype != r.dtype:
+        x = f"({x}).to({TL_TYPES[r.dtype]})"
+    init = reduce_init(r.attrs["kind"], r.dtype)
+    return em.let(f"tl.where({em.masks[-1]}, {x}, {init})", "x")
+
+
+def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str) -> tuple[_Emitter, str, str]:
+    """Rows x reduced elements; ``schedule`` is "block-row" (whole rows in registers) or "loop-row" (chunks)."""
+    em = _Emitter(step, dims, assume)
+    reductions, domain, rdims = _reduction_domain(step, em.c)
+    shape = em.shape(domain)
+    outer_axes = [k for k in range(len(shape)) if k not in rdims]
+    rows = dims.product([domain.shape[k] for k in outer_axes])
+    cols = dims.product([domain.shape[k] for k in rdims])
+    em.w("r = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+    em.w(f"row_mask = r < {rows}")
+    outer = em.dims_of(Idx(tuple(shape[k] for k in outer_axes), None, "r"))
+    row_of: dict[Node, tuple[str, ...]] = {}
+    for r in reductions:
+        it, out = iter(outer), []
+        for k in range(len(shape)):
+            if k not in rdims:
+                out.append(next(it))
+            elif r.attrs["keepdim"]:
+                out.append("0")
+        row_of[r] = tuple(out)
+    trailing = list(rdims) == list(range(len(shape) - len(rdims), len(shape)))
+
+    def open_pass(start: str) -> Idx:
+        em.w(f"j = {start}tl.arange(0, BLOCK_N)[None, :]")
+        em.w(f"mask = row_mask & (j < {cols})")
+        inner = em.dims_of(Idx(tuple(shape[k] for k in rdims), None, "j"))
+        full, it_o, it_i = [], iter(outer), iter(inner)
+        for k in range(len(shape)):
+            full.append(next(it_i) if k in rdims else next(it_o))
+        return Idx(shape, tuple(full), em.let(f"r * {cols} + j", "l") if trailing else None)
+
+    level = _levels(step)
+    row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
+    full_outputs = [o for o in step.outputs if o not in row_outputs]
+    looped = schedule == "loop-row"
+    if not looped:
+        em.push()
+        idx = open_pass("")
+    for lvl in range(1, max(level[r] for r in reductions) + 1):
+        batch = [r for r in reductions if level[r] == lvl]
+        if looped:
+            tiles = {r: em.fresh("acc") for r in batch}
+            for r in batch:
+                em.w(f"{tiles[r]} = tl.full([BLOCK_M, BLOCK_N], {reduce_init(r.attrs['kind'], r.dtype)}, {TL_TYPES[r.dtype]})")
+            em.w(f"for j0 in range(0, {cols}, BLOCK_N):")
+            em.w.depth += 1
+            em.push()
+            idx = open_pass("j0 + ")
+            for r in batch:
+                x = _masked(em, r, em.value(r.inputs[0], idx))
+                em.w(f"{tiles[r]} = {REDUCE_COMBINE[r.attrs['kind']]}({tiles[r]}, {x})")
+            em.pop()
+            em.w.depth -= 1
+            for r in batch:
+                em.accs[r] = (em.let(_combine_tile(r.attrs["kind"], r.dtype, tiles[r], 1), "red"), row_of[r])
+        else:
+            for r in batch:
+                x = _masked(em, r, em.value(r.inputs[0], idx))
+                em.accs[r] = (em.let(_combine_tile(r.attrs["kind"], r.dtype, x, 1), "red"), row_of[r])
+    if full_outputs:
+        if looped:
+            em.w(f"for j0 in range(0, {cols}, BLOCK_N):")
+            em.w.depth += 1
+            em.push()
+            idx = open_pass("j0 + ")
+        _write_outputs(em, step, domain, idx, full_outputs)
+        if looped:
+            em.pop()
+            em.w.depth -= 1
+    em.push("row_mask")
+    _write_row_outputs(em, step, reductions, row_outputs, row_of)
+    em.pop()
+    return em, rows, cols
+
+
+def _write_row_outputs(em: _Emitter, step: KernelStep, reductions: list[Node], row_outputs: list[Node], row_of) -> None:
+    for i, o in enumerate(step.outputs):
+        if o not in row_outputs:
+            continue
+        source = o
+        while source.op == "reshape" and source in em.members:  # a reshaped row value (a bias gradient [1, n] -> [n])
+            source = source.inputs[0]
+        r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
+        if r is None:
+            raise Unsupported(f"output %{o.name} {o.type} is neither a row space nor the reduced space")
+        at = Idx(em.shape(source), row_of[r])
+        em.w(f"tl.store(out{i} + {em.linear_of(at)}, {em.value(source, at)}, mask={em.masks[-1]})")
+
+
+def _leading_reduction(step: KernelStep, c: ShapeConstraints) -> int:
+    """How many leading dims every reduction reduces, when a column schedule can run the group; else 0."""
+    reductions, domain, rdims = _reduction_domain(step, c)
+    rank = len(domain.shape)
+    if not 0 < len(rdims) < rank or list(rdims) != list(range(len(rdims))):
+        return 0
+    members = set(step.group.nodes)
+    full = [o for o in step.outputs if c.prove_same_numel(o.shape, domain.shape)]
+    per_element = [r.inputs[0] for r in reductions] + full
+    # A value computed per element must not read a reduction: that is only known after the last row.
+    seen, stack = set(), list(per_element)
+    while stack:
+        n = stack.pop()
+        if n in seen or n not in members:
+            continue
+        if n.op == "reduce":
+            return 0
+        seen.add(n)
+        stack.extend(n.inputs)
+    return len(rdims)
+
+
+def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tuple[_Emitter, str, str]:
+    """Reductions over the ``lead`` leading dims: a program owns BLOCK_N kept elements and walks every row."""
+    em = _Emitter(step, dims, assume)
+    reductions, domain, _ = _reduction_domain(step, em.c)
+    shape = em.shape(domain)
+    rows = dims.product(list(domain.shape[:lead]))
+    cols = dims.product(list(domain.shape[lead:]))
+    em.w("j = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
+    em.w(f"col_mask = j < {cols}")
+    inner = em.dims_of(Idx(shape[lead:], None, "j"))
+    tiles = {r: em.fresh("acc") for r in reductions}
+    for r in reductions:
+        em.w(f"{tiles[r]} = tl.full([BLOCK_M, BLOCK_N], {reduce_init(r.attrs['kind'], r.dtype)}, {TL_TYPES[r.dtype]})")
+    full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
+    row_outputs = [o for o in step.outputs if o not in full_outputs]
+    em.w(f"for r0 in range(0, {rows}, BLOCK_M):")
+    em.w.depth += 1
+    em.push()
+    em.w("r = r0 + tl.arange(0, BLOCK_M)[:, None]")
+    em.w(f"mask = col_mask & (r < {rows})")
+    outer = em.dims_of(Idx(shape[:lead], None, "r"))
+    idx = Idx(shape, tuple(outer) + tuple(inner), em.let(f"r * {cols} + j", "l"))
+    for r in reductions:
+        x = _masked(em, r, em.value(r.inputs[0], idx))
+        em.w(f"{tiles[r]} = {REDUCE_COMBINE[r.attrs['kind']]}({tiles[r]}, {x})")
+    _write_outputs(em, step, domain, idx, full_outputs)
+    em.pop()
+    em.w.depth -= 1
+    row_of = {}
+    for r in reductions:
+        row_of[r] = (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner)
+        em.accs[r] = (em.let(_combine_tile(r.attrs["kind"], r.dtype, tiles[r], 0), "red"), row_of[r])
+    em.push("col_mask")
+    _write_row_outputs(em, step, reductions, row_outputs, row_of)
+    em.pop()
+    return em, rows, cols
+
+
+# -- versions -------------------------------------------------------------------------------------
+def _no_broadcast_conditions(step: KernelStep, dims: DimArgs) -> list[str]:
+    out = []
+    for n in step.group.nodes:
+        if n.op != "broadcast_in_dim":
+            continue
+        x = n.inputs[0]
+        for m, d in enumerate(n.attrs["dims"]):
+            src, dst = x.shape[m], n.shape[d]
+            if not dims.c.prove_is_one(src) and not dims.c.prove_equal(src, dst):
+                cond = f"{dims(src)} == {dims(dst)}"
+                if cond not in out:
+                    out.append(cond)
+    return out
+
+
+def _conj(*conds: str) -> str:
+    parts = [c for c in conds if c and c != "True"]
+    return " and ".join(parts) or "True"
+
+
+def _signature(name: str, step: KernelStep, dims: DimArgs, constexprs: list[str]) -> str:
+    params = [f"out{i}" for i in range(len(step.outputs))]
+    seen = set(step.outputs)
+    params += [f"in{k}" for k in range(len([n for n in dict.fromkeys(step.inputs) if n not in seen]))]
+    params += [f"d{k}" for k in range(len(dims.exprs))]
+    params += [f"{c}: tl.constexpr" for c in constexprs]
+    return f"@triton.jit\ndef {name}({', '.join(params)}):"
+
+
+@dataclass
+class _Body:
+    """One speculation version before its function is named: the emitted body and its launch."""
+
+    label: str
+    condition: str
+    em: _Emitter
+    constexprs: dict[str, str]  # name -> Python value expression
+    grid: str
+    num_warps: int = 4
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.em.w.lines)
+
+
+def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: str, prefix: str) -> list[_Body]:
+    """The versions of one broadcast assumption: per schedule, its condition on the dims and its launch."""
+    tag = f"{prefix} " if prefix else ""
+    has_reduce = any(n.op == "reduce" for n in step.group.nodes)
+    if lead:
+        em, _, cols = _column_body(step, dims, assume, lead)
+        bm, bn = COLUMN_BLOCK
+        return [_Body(f"{tag}column", cond, em, {"BLOCK_M": str(bm), "BLOCK_N": str(bn)}, f"triton.cdiv({cols}, {bn})")]
+    if has_reduce:
+        out = []
+        em, rows, cols = _reduction_body(step, dims, assume, "block-row")
+        fits = f"{cols} <= {ROW_BLOCK_MAX}" if not cols.isdigit() else ("True" if int(cols) <= ROW_BLOCK_MAX else "")
+        if fits:  # whole rows in registers: BLOCK_M rows of BLOCK_N >= cols per program
+            bn = f"triton.next_power_of_2({cols})"
+            bm = f"max(1, min({ROW_TILE} // triton.next_power_of_2({cols}), triton.next_power_of_2({rows})))"
+            out.append(_Body(f"{tag}block-row", _conj(cond, fits), em, {"BLOCK_M": bm, "BLOCK_N": bn}, f"triton.cdiv({rows}, {bm})"))
+        em, rows, cols = _reduction_body(step, dims, assume, "loop-row")
+        bn = f"min({LOOP_ROW_BLOCK}, triton.next_power_of_2({cols}))"
+        out.append(_Body(f"{tag}loop-row", cond, em, {"BLOCK_M": "1", "BLOCK_N": bn}, str(rows)))
+        return out
+    em, n = _loop_body(step, dims, assume)
+    return [
+        _Body(f"{tag}small", _conj(cond, f"{n} < {SMALL_WORK}"), em, {"BLOCK": "128"}, f"triton.cdiv({n}, 128)", num_warps=1),
+        _Body(f"{tag}large" if tag else "general", cond, em, {"BLOCK": str(LOOP_BLOCK)}, f"triton.cdiv({n}, {LOOP_BLOCK})"),
+    ]
+
+
+def emit_kernel(step: KernelStep, c: ShapeConstraints, name: str) -> TritonKernel:
+    """The Triton source of one fused group, with its speculation versions."""
+    if [n.op for n in step.group.nodes] == ["scatter_add"]:
+        raise Unsupported("scatter_add has no Triton kernel yet")
+    dims = DimArgs(c)
+    lead = _leading_reduction(step, c) if any(n.op == "reduce" for n in step.group.nodes) else 0
+    # The general versions first: emitting them registers every dim the broadcast conditions name.
+    general = _schedules(step, dims, lead, False, "True", "")
+    bodies: list[_Body] = []
+    if any(b.em.maybe_broadcast for b in general):
+        bodies = _schedules(step, dims, lead, True, _conj(*_no_broadcast_conditions(step, dims)), "no-broadcast")
+    bodies += general
+    kept: list[_Body] = []
+    for b in bodies:  # drop versions an earlier one always pre-empts
+        if b.condition not in {k.condition for k in kept}:
+            kept.append(b)
+        if b.condition == "True":
+            break
+    functions: dict[str, str] = {}  # body text -> function name (versions differing only in launch share one)
+    for b in kept:
+        functions.setdefault(b.text, name if len(kept) == 1 else f"{name}_v{len(functions)}")
+    parts = [f"# {step.kind} kernel fusing: " + ", ".join(n.op for n in step.group.nodes)]
+    for text, fn in functions.items():
+        first = next(b for b in kept if b.text == text)
+        labels = ", ".join(b.label for b in kept if b.text == text)
+        parts += [f"# versions: {labels}", _signature(fn, step, dims, list(first.constexprs)), text, ""]
+    versions = [Version(b.label, b.condition, functions[b.text], b.grid, b.constexprs, b.num_warps) for b in kept]
+    params = list(step.outputs) + [n for n in dict.fromkeys(step.inputs) if n not in set(step.outputs)]
+    return TritonKernel(name, "\n".join(parts), versions, params, list(dims.exprs))

@@ -1,0 +1,122 @@
+"""Triton helpers the generated kernels call, for ops Triton has no single primitive for.
+
+Written with ``triton.language`` primitives only, so the same code runs on a
+GPU and in Triton's interpreter (``TRITON_INTERPRET=1``, which is how CI tests
+the GPU path on a CPU): the interpreter does not implement ``libdevice``.
+Each follows torch's semantics: NaN propagates, integer division truncates
+(``div``) or floors (``floor_div``), ``round`` is half to even.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def disc_sign(x):
+    return tl.where(x > 0, 1, tl.where(x < 0, -1, 0)).to(x.dtype)  # NaN gives 0, as torch.sign
+
+
+@triton.jit
+def disc_relu(x):
+    return tl.where(x > 0, x, tl.where(x != x, x, 0).to(x.dtype))
+
+
+@triton.jit
+def disc_max(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def disc_min(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def disc_expm1(x):
+    # Kahan's form: (u - 1) * x / log(u) cancels the rounding of u = exp(x), so small x keep full precision.
+    u = tl.exp(x)
+    um1 = u - 1.0
+    exact = (um1 == 0.0) | (um1 == -1.0)  # x tiny (the result is x) or very negative (-1)
+    precise = um1 * x / tl.log(tl.where(exact, 2.0, u))
+    out = tl.where(um1 == 0.0, x, tl.where(um1 == -1.0, -1.0, precise))
+    return tl.where(u == float("inf"), u, out)
+
+
+@triton.jit
+def disc_log1p(x):
+    u = 1.0 + x
+    d = u - 1.0
+    precise = tl.log(u) * x / tl.where(d == 0.0, 1.0, d)
+    return tl.where(d == 0.0, x, tl.where(u == float("inf"), u, precise))
+
+
+@triton.jit
+def disc_tanh(x):
+    # tanh(|x|) = -expm1(-2|x|) / (2 + expm1(-2|x|)): no cancellation near 0, no overflow for large |x|.
+    e = disc_expm1(-2.0 * tl.abs(x))
+    t = -e / (2.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def disc_round(x):
+    # Half to even, as torch.round: floor(x + 0.5), minus one where that rounded a tie up to an odd value.
+    r = tl.floor(x + 0.5)
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    return tl.where((r - x == 0.5) & odd, r - 1.0, r)
+
+
+@triton.jit
+def disc_gelu(x):
+    return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+
+
+@triton.jit
+def disc_gelu_tanh(x):
+    return 0.5 * x * (1.0 + disc_tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+@triton.jit
+def disc_silu(x):
+    return x * tl.sigmoid(x)
+
+
+@triton.jit
+def disc_pow(x, y):
+    # exp(y log|x|), with the sign of an integer power of a negative base; 0 ** negative is inf.
+    a = tl.exp(y * tl.log(tl.abs(x)))
+    y_int = tl.floor(y) == y
+    y_odd = y_int & ((y - 2.0 * tl.floor(y * 0.5)) != 0.0)
+    neg = tl.where(y_int, tl.where(y_odd, -a, a), float("nan"))
+    out = tl.where(x < 0, neg, a)
+    return tl.where(y == 0.0, 1.0, tl.where(x == 1.0, 1.0, out))
+
+
+@triton.jit
+def disc_floor_div(a, b):
+    # Integer // truncates in Triton (C semantics): step down where the remainder's sign differs from b's.
+    q = a // b
+    r = a - q * b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def disc_floor_div_f(a, b):
+    return tl.floor(a / b)
+
+
+@triton.jit
+def disc_remainder(a, b):
+    # Python's modulo: the result takes the sign of b (Triton's % is C's fmod).
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def disc_add(a, b):
+    return a + b
+
+
+@triton.jit
+def disc_mul(a, b):
+    return a * b

@@ -1,0 +1,215 @@
+"""The GPU executor: builds the generated Triton program and runs it, plus the runtime it calls.
+
+``build_triton`` lowers the graph (the same ``LoweredProgram`` as the CPU
+backend), prints it as one Python module (``codegen/triton/program.py``) and
+imports it from the compile cache: Triton reads a kernel's source from its
+file, and the file is the readable artifact. ``TritonRuntime`` is the small
+interface the generated host flow calls (the GPU counterpart of the C RAL):
+output allocation, the per-thread workspace, GEMM and convolution through
+torch (cuBLAS/cuDNN on a GPU), kernel launches and shape errors.
+
+On a machine without a GPU the same program runs on CPU tensors in Triton's
+interpreter (``TRITON_INTERPRET=1``): that is how CI tests every kernel form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from disc.codegen.lowering import LoweredProgram, lower
+from disc.errors import ShapeError
+from disc.ir.graph import Graph
+from disc.runtime.reference import ExecutionProfile
+
+CACHE_FORMAT = "disc-triton-cache-1"
+ALIGN = 256  # bytes: every workspace slot starts on this boundary (wide vector loads on GPUs)
+
+
+def interpreting() -> bool:
+    """Do Triton kernels run in the interpreter (on CPU tensors) rather than on a GPU?"""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def triton_device() -> torch.device:
+    """Where a Triton program's tensors live: the GPU, or the CPU under the interpreter."""
+    if interpreting():
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("the Triton backend needs a CUDA/ROCm GPU, or TRITON_INTERPRET=1 to run kernels in Triton's interpreter")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@dataclass
+class TritonBuild:
+    lowered: LoweredProgram
+    source: object  # TritonSource
+    module: ModuleType
+    path: str
+    seconds: float
+
+
+def build_triton(graph: Graph) -> TritonBuild:
+    """Lower, generate and import ``graph``'s Triton program (raises ``Unsupported`` when it has no GPU form)."""
+    import triton
+
+    from disc.codegen.cpu.toolchain import cache_dir
+    from disc.codegen.triton.program import emit_program
+
+    start = time.perf_counter()
+    lowered = lower(graph)
+    source = emit_program(lowered)
+    key = hashlib.sha256("\0".join([CACHE_FORMAT, triton.__version__, source.text]).encode()).hexdigest()[:32]
+    folder = cache_dir() / "triton" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"disc_{''.join(ch if ch.isalnum() else '_' for ch in graph.name)}.py"
+    if not path.exists() or path.read_text() != source.text:  # a partial or stale file is rewritten, never imported
+        tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(source.text)
+        os.replace(tmp, path)
+    module_name = f"disc_triton_{key}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[module_name] = module
+    return TritonBuild(lowered, source, module, str(path), time.perf_counter() - start)
+
+
+def place_slots(sizes: Sequence[int], clash: Sequence[Sequence[int]]) -> tuple[list[int], int]:
+    """Offsets for workspace slots at this call's sizes, and the total: slots live at the same time never overlap.
+
+    Largest first, each in the lowest gap its already placed clashing slots leave
+    (the same packing as the C++ host flow's ``disc_place_slots``).
+    """
+    aligned = [(s + ALIGN - 1) // ALIGN * ALIGN for s in sizes]
+    offsets = [0] * len(sizes)
+    placed = [False] * len(sizes)
+    total = 0
+    for i in sorted(range(len(sizes)), key=lambda k: -aligned[k]):
+        taken = sorted((offsets[j], offsets[j] + aligned[j]) for j in clash[i] if placed[j] and aligned[j] > 0)
+        at = 0
+        for lo, hi in taken:
+            if lo >= at + aligned[i]:
+                break
+            at = max(at, hi)
+        offsets[i], placed[i] = at, True
+        total = max(total, at + aligned[i])
+    return offsets, total
+
+
+_THREAD_WORKSPACE = threading.local()
+# Triton's interpreter patches triton.language globally while a kernel runs, so interpreted
+# launches from several threads must take turns; compiled GPU launches need no lock.
+_INTERPRETER_LOCK = threading.Lock()
+
+
+class TritonRuntime:
+    """What the generated host flow calls. Per-call state lives in the call's locals: one runtime serves every thread."""
+
+    def __init__(self, device: torch.device, profile: bool = False) -> None:
+        self.device = device
+        self.hits: Counter | None = Counter() if profile else None  # (step, version) -> calls
+
+    def empty(self, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device=self.device)
+
+    def workspace(self, sizes: list[int], clash: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+        """This thread's workspace (kept between calls and programs, grown when needed) and the slot offsets."""
+        offsets, total = place_slots(sizes, clash)
+        key = str(self.device)
+        kept = getattr(_THREAD_WORKSPACE, "buffers", None)
+        if kept is None:
+            kept = _THREAD_WORKSPACE.buffers = {}
+        ws = kept.get(key)
+        if ws is None or ws.numel() < total:
+            ws = kept[key] = torch.empty(max(total, ALIGN), dtype=torch.uint8, device=self.device)
+        return ws, offsets
+
+    def launch(self, step: int, version: int, kernel, grid: int, args: tuple, meta: dict) -> None:
+        if self.hits is not None:
+            self.hits[(step, version)] += 1
+        if grid <= 0:
+            return
+        if interpreting():
+            with _INTERPRETER_LOCK:
+                kernel[(grid,)](*args, **meta)
+        else:
+            kernel[(grid,)](*args, **meta)
+
+    def contract(self, step: int, spec: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """A GEMM / batched GEMM on strided views: the library reads transposes and head splits through strides."""
+        if self.hits is not None:
+            self.hits[(step, 0)] += 1
+        out.copy_(torch.einsum(spec, a, b))
+
+    def conv(self, step: int, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int) -> None:
+        if self.hits is not None:
+            self.hits[(step, 0)] += 1
+        out.copy_(torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups))
+
+    @staticmethod
+    def shape_error(message: str) -> None:
+        raise ShapeError(message)
+
+
+def release_workspace() -> None:
+    """Free the calling thread's kept GPU workspaces."""
+    _THREAD_WORKSPACE.buffers = {}
+
+
+class TritonExecutor:
+    """Runs a built Triton program on tensors of its device."""
+
+    def __init__(self, graph: Graph, build: TritonBuild, device: torch.device | None = None) -> None:
+        self.graph = graph
+        self.build = build
+        self.device = device or triton_device()
+        self.runtime = TritonRuntime(self.device)
+        lp = build.lowered
+        self._consts = [graph.constants[name].contiguous().to(self.device) for name in build.source.constants]
+        self._const_by_name = dict(zip(build.source.constants, self._consts))
+        self._out_specs = lp.outputs
+
+    def run(self, inputs: Sequence[torch.Tensor], runtime: TritonRuntime | None = None) -> list[torch.Tensor]:
+        outs, _ = self.build.module.disc_run(runtime or self.runtime, list(inputs), self._consts)
+        return [self._output(spec, outs, inputs) for spec in self._out_specs]
+
+    def _output(self, spec, outs: list[torch.Tensor], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        kind, where = spec
+        if kind == "buffer":
+            return outs[where]
+        if kind == "input":
+            return inputs[where]
+        if kind == "const":
+            return self._const_by_name.get(where, self.graph.constants[where])
+        return self._output(self._out_specs[where], outs, inputs)
+
+    def versions_run(self, inputs: Sequence[torch.Tensor]) -> dict[int, str]:
+        """Per kernel step, the label of the speculation version these inputs run (library steps: "library")."""
+        rt = TritonRuntime(self.device, profile=True)
+        self.run(inputs, rt)
+        out = {}
+        for (step, version) in rt.hits:
+            call = self.build.source.calls[step]
+            kernel = getattr(call, "kernel", None)
+            out[step] = kernel.versions[version].label if kernel is not None else "library"
+        return out
+
+    def profile(self, inputs: Sequence[torch.Tensor]) -> ExecutionProfile:
+        self.run(inputs)
+        counts = self.build.lowered.counts()
+        kernels = {"memory_bound": counts["memory_bound"], "library": counts["library"], "fallback": 0}
+        return ExecutionProfile(kernels=kernels, workspace_bytes=0)

@@ -1,0 +1,133 @@
+"""Small modules and IR programs that exercise every kernel form; shared by the CPU and GPU backend tests."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def check_against_eager(cm, model: nn.Module, args: tuple, tol: float = 1e-5) -> None:
+    """``cm(*args)`` equals eager ``model(*args)``: relative to the largest value for floats, exactly otherwise."""
+    with torch.no_grad():
+        want = model(*args)
+    got = cm(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        g = g.cpu()
+        if w.is_floating_point():
+            scale = w.abs().max().clamp_min(1e-6)
+            assert ((w - g).abs().max() / scale).item() <= tol, (w - g).abs().max()
+        else:
+            assert torch.equal(w, g)
+
+
+class Elementwise(nn.Module):
+    def forward(self, x, y):
+        return torch.where(x > 0, torch.exp(-x) * y, torch.tanh(y) - x.sigmoid()).relu() + x.abs().sqrt()
+
+
+class BiasGelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(24))
+
+    def forward(self, x):
+        return nn.functional.gelu(x + self.b)
+
+
+class RowSum(nn.Module):
+    def forward(self, x):
+        return (x * x).sum(-1), x.amax(dim=1)
+
+
+class Norms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(40)
+        self.w = nn.Parameter(torch.randn(40))
+
+    def forward(self, x, r):
+        h = self.ln(x + r)
+        rms = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        return h, rms
+
+
+class MaskedSoftmax(nn.Module):
+    def forward(self, s, mask):
+        return torch.softmax(s / 8.0 + (1.0 - mask[:, None, None, :]) * -10000.0, dim=-1)
+
+
+class Movement(nn.Module):
+    def forward(self, x, ids):
+        a = torch.cat([x[:, 1:], x[:, :1] * 2], dim=1)
+        b = nn.functional.pad(x, (1, 2)) [:, :, 1:-2]
+        c = torch.index_select(x, 0, ids)
+        return a + b, c.transpose(1, 2).contiguous()
+
+
+class ConcatThree(nn.Module):
+    def forward(self, x, y):
+        # Three parts: the third's offset is a sum (x's width + y's width).
+        return torch.cat([x, y * 2, x - 1], dim=-1), torch.cat([y, x[:, :1], y], dim=1)
+
+
+class Attention(nn.Module):
+    def __init__(self, h: int = 4, d: int = 8) -> None:
+        super().__init__()
+        self.h, self.d = h, d
+        self.qkv = nn.Linear(h * d, 3 * h * d)
+        self.o = nn.Linear(h * d, h * d)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).split(self.h * self.d, dim=-1)
+        heads = [z.view(b, t, self.h, self.d).transpose(1, 2) for z in (q, k, v)]
+        p = torch.softmax(heads[0] @ heads[1].transpose(-1, -2) / self.d**0.5, dim=-1)
+        return self.o((p @ heads[2]).transpose(1, 2).reshape(b, t, self.h * self.d))
+
+
+class ConvPool(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x))
+        y = nn.functional.max_pool2d(y, 3, stride=2, padding=1)
+        return self.c2(y).mean((2, 3))
+
+
+MAYBE_BROADCAST = """
+func @maybe_broadcast(%x: f32[a, n], %y: f32[c, n]) {
+  sym a in [0, inf]
+  sym n in [0, inf]
+  sym c in [0, inf]
+  %0 = dim(%x) {axis=0} : index(a)
+  %1 = dim(%x) {axis=1} : index(n)
+  %2 = broadcast_in_dim(%y, %0, %1) {dims=[0, 1]} : f32[a, n]
+  %3 = mul(%x, %2) : f32[a, n]
+  return %3
+}
+"""
+
+
+class AttentionSavingForBackward(Attention):
+    """What a training forward returns: the result plus values its backward reads, some transposed."""
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        mean = x.mean(-1, keepdim=True)
+        rstd = torch.rsqrt((x - mean).pow(2).mean(-1, keepdim=True) + 1e-5)
+        normed = (x - mean) * rstd
+        q, k, v = self.qkv(normed).split(self.h * self.d, dim=-1)
+        heads = [z.view(b, t, self.h, self.d).transpose(1, 2) for z in (q, k, v)]
+        p = torch.softmax(heads[0] @ heads[1].transpose(-1, -2) / self.d**0.5, dim=-1)
+        out = self.o((p @ heads[2]).transpose(1, 2).reshape(b, t, self.h * self.d))
+        # normed flattened (a reshape written by the norm's row kernel), its row statistics,
+        # the probabilities transposed (rows other than the one the softmax computes), and
+        # v transposed (written by the loop that also feeds the context GEMM, which runs earlier).
+        return out, normed.reshape(b * t, -1), mean, rstd, p.transpose(-1, -2), heads[2].transpose(-1, -2)

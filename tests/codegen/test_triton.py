@@ -1,0 +1,315 @@
+"""The Triton (GPU) backend against PyTorch eager and the reference executor.
+
+Without a GPU these run the generated kernels in Triton's interpreter on CPU
+tensors (``TRITON_INTERPRET=1``, set in ``conftest.py``); on a GPU machine the
+same tests run on the device. Each case compiles once with
+``backend="triton"`` (an error if the graph has no Triton form) and runs at
+several shapes, including 1-sized and odd dims, chosen so every speculation
+version runs; ``versions_run`` reports which one each step took.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+from kernel_cases import (
+    MAYBE_BROADCAST,
+    Attention,
+    AttentionSavingForBackward,
+    BiasGelu,
+    ConcatThree,
+    ConvPool,
+    Elementwise,
+    MaskedSoftmax,
+    Movement,
+    Norms,
+    RowSum,
+    check_against_eager,
+)
+from torch import nn
+
+import disc
+from disc.errors import ShapeError
+
+pytest.importorskip("triton")
+
+from disc.codegen.triton.program import KernelCall  # noqa: E402
+from disc.ir.graph import Graph  # noqa: E402
+from disc.ir.parser import parse_graph  # noqa: E402
+from disc.ir.types import TensorType  # noqa: E402
+from disc.runtime.reference import ReferenceExecutor  # noqa: E402
+from disc.runtime.triton_runtime import TritonExecutor, build_triton, place_slots, triton_device  # noqa: E402
+
+DEVICE = triton_device()
+BXS = {0: "b", 1: "s"}
+
+
+def _on(*xs: torch.Tensor) -> tuple:
+    return tuple(x.to(DEVICE) for x in xs)
+
+
+def _compile(model: nn.Module, args: tuple, dynamic: dict) -> disc.CompiledModule:
+    cm = disc.compile(model.eval().to(DEVICE), _on(*args), dynamic=dynamic, backend="triton")
+    assert isinstance(cm.executor, TritonExecutor)
+    return cm
+
+
+def _check(cm, model: nn.Module, args: tuple, tol: float = 1e-5) -> dict[int, str]:
+    """Compare with eager (on the CPU) and return the version each step ran."""
+    check_against_eager(cm, model.cpu(), args, tol) if DEVICE.type == "cpu" else None
+    if DEVICE.type != "cpu":
+        model.to(DEVICE)
+        check_against_eager(cm, model, _on(*args), tol)
+    return cm.executor.versions_run(list(_on(*args)))
+
+
+def _labels(cm, args: tuple) -> list[str]:
+    ran = cm.executor.versions_run(list(_on(*args)))
+    return [label for _, label in sorted(ran.items()) if label != "library"]
+
+
+def test_loop_kernel_small_and_large_launches():
+    m = Elementwise()
+    cm = _compile(m, (torch.randn(2, 5), torch.randn(2, 5)), {"x": BXS, "y": BXS})
+    seen = set()
+    for shape in [(1, 1), (3, 7), (4, 33), (2, 8200)]:
+        args = (torch.randn(*shape), torch.randn(*shape))
+        _check(cm, m, args)
+        seen.update(_labels(cm, args))
+    assert seen == {"small", "general"}  # tiny work on a narrow launch, large work on the wide one
+    assert cm.executor.build.lowered.counts() == {"memory_bound": 1, "library": 0}
+
+
+def test_loop_kernel_broadcast_bias_gelu():
+    m = BiasGelu()
+    cm = _compile(m, (torch.randn(2, 3, 24),), {"x": BXS})
+    for shape in [(1, 1, 24), (2, 9, 24), (5, 17, 24)]:
+        _check(cm, m, (torch.randn(*shape),))
+
+
+def test_broadcast_speculation_versions_both_run():
+    graph = parse_graph(MAYBE_BROADCAST)
+    ex = TritonExecutor(graph, build_triton(graph))
+    (call,) = [c for c in ex.build.source.calls if isinstance(c, KernelCall)]
+    assert [v.label for v in call.kernel.versions] == ["no-broadcast small", "no-broadcast large", "small", "general"]
+    seen = []
+    for rows_x, rows_y in [(4, 4), (4, 1), (1, 1), (7, 7)]:
+        x, y = _on(torch.randn(rows_x, 9), torch.randn(rows_y, 9))
+        (out,) = ex.run([x, y])
+        torch.testing.assert_close(out, x * y)
+        seen.append(ex.versions_run([x, y])[0])
+    assert seen == ["no-broadcast small", "small", "no-broadcast small", "no-broadcast small"]
+
+
+def test_row_reductions_block_row_and_loop_row():
+    m = RowSum()  # a trailing sum and a max over a middle dim
+    cm = _compile(m, (torch.randn(2, 3, 6),), {"x": {0: "b", 1: "s", 2: "n"}})
+    seen = set()
+    for shape in [(1, 1, 1), (2, 5, 7), (3, 1, 64), (4, 9, 1), (2, 3, 4100)]:
+        args = (torch.randn(*shape),)
+        _check(cm, m, args)
+        seen.update(_labels(cm, args))
+    assert {"block-row", "loop-row"} <= seen
+
+
+def test_stitch_layernorm_and_rmsnorm_each_one_kernel():
+    m = Norms()
+    cm = _compile(m, (torch.randn(2, 3, 40), torch.randn(2, 3, 40)), {"x": BXS, "r": BXS})
+    for shape in [(1, 1, 40), (2, 7, 40), (3, 64, 40)]:
+        _check(cm, m, (torch.randn(*shape), torch.randn(*shape)))
+    kinds = [c.step.kind for c in cm.executor.build.source.calls if isinstance(c, KernelCall)]
+    assert kinds.count("stitch") >= 1 and len(kinds) <= 2, kinds
+    text = cm.executor.build.source.text
+    assert "tl.sum(" in text and "stitch_" in text
+
+
+def test_stitch_masked_softmax_one_kernel_in_both_row_schedules():
+    m = MaskedSoftmax()
+    cm = _compile(m, (torch.randn(2, 4, 5, 5), torch.ones(2, 5)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}})
+    seen = set()
+    for b, q, k in [(1, 1, 1), (2, 3, 5), (3, 7, 33), (1, 2, 4500)]:
+        args = (torch.randn(b, 4, q, k), (torch.rand(b, k) > 0.3).float())
+        _check(cm, m, args)
+        seen.update(_labels(cm, args))
+    assert {"block-row", "loop-row"} <= seen
+    calls = [c for c in cm.executor.build.source.calls if isinstance(c, KernelCall)]
+    stitch = [c for c in calls if c.step.kind == "stitch"]
+    assert len(stitch) == 1
+    ops = [n.op for n in stitch[0].step.group.nodes]
+    assert ops.count("reduce") == 2 and "exp" in ops and "div" in ops
+
+
+class ColumnSums(nn.Module):
+    """Bias-gradient shaped reductions: over leading dims, with a full-size output in the same kernel."""
+
+    def forward(self, x):
+        g = torch.tanh(x) * 2.0
+        return g, g.sum((0, 1)), x.amax(0)
+
+
+def test_column_reductions_over_leading_dims():
+    m = ColumnSums()
+    cm = _compile(m, (torch.randn(2, 3, 5),), {"x": {0: "b", 1: "s", 2: "n"}})
+    for shape in [(1, 1, 1), (2, 5, 7), (3, 1, 64), (40, 3, 1), (5, 7, 130)]:
+        args = (torch.randn(*shape),)
+        _check(cm, m, args, tol=1e-5)
+        assert set(_labels(cm, args)) == {"column"}
+
+
+def test_movement_ops_slice_concat_pad_index_select_transpose():
+    m = Movement()
+    cm = _compile(m, (torch.randn(3, 4, 5), torch.tensor([0, 2])), {"x": {0: "a", 1: "s", 2: "n"}, "ids": {0: "k"}})
+    for a, s, n, k in [(1, 1, 1, 1), (3, 4, 5, 2), (5, 9, 3, 7)]:
+        _check(cm, m, (torch.randn(a, s, n), torch.randint(0, a, (k,))))
+
+
+def test_concat_of_three_parts_at_dynamic_offsets():
+    m = ConcatThree()
+    cm = _compile(m, (torch.randn(2, 3), torch.randn(2, 4)), {"x": {0: "b", 1: "n"}, "y": {0: "b", 1: "k"}})
+    for b, n, k in [(1, 1, 1), (2, 3, 4), (3, 7, 2), (1, 64, 5)]:
+        _check(cm, m, (torch.randn(b, n), torch.randn(b, k)))
+
+
+def test_attention_gemms_read_heads_through_strides():
+    m = Attention()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    for b, t in [(1, 1), (2, 5), (3, 17)]:
+        _check(cm, m, (torch.randn(b, t, 32),), tol=1e-4)
+    src = cm.executor.build.source
+    for c in src.calls:
+        if isinstance(c, KernelCall):
+            ops = {n.op for n in c.step.group.nodes}
+            assert ops != {"reshape", "transpose"} and ops != {"transpose"}, f"copy kernel {ops}"
+    assert src.text.count("rt.contract(") == 4  # qkv, scores, context, output projection
+    assert ".as_strided(" in src.text
+
+
+def test_values_saved_for_backward_come_out_of_their_kernels():
+    m = AttentionSavingForBackward()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    for b, t in [(1, 1), (2, 5), (3, 17)]:
+        _check(cm, m, (torch.randn(b, t, 32),), tol=1e-4)
+
+
+def test_convolution_through_the_library_and_pooling_windows():
+    m = ConvPool()
+    cm = _compile(m, (torch.randn(1, 3, 16, 16),), {"x": {0: "n", 2: "h", 3: "w"}})
+    for n, h, w in [(1, 8, 8), (2, 15, 17), (1, 1, 1)]:
+        _check(cm, m, (torch.randn(n, 3, h, w),), tol=1e-4)
+    assert "rt.conv(" in cm.executor.build.source.text
+
+
+# -- every elementwise op of the Triton table, against the reference executor ----------------------
+UNARY_F32 = ["neg", "abs", "sign", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "sin", "cos", "erf",
+             "floor", "ceil", "round", "relu", "isnan", "logical_not", "gelu", "gelu_tanh", "silu"]
+BINARY_F32 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+              "logical_and", "logical_or", "logical_xor"]
+BINARY_I64 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "lt"]
+
+
+def _op_graph(op: str, dtype: str, arity: int) -> Graph:
+    g = Graph(name=f"op_{op}")
+    n = g.constraints.declare("n", lo=0, source="test")
+    xs = [g.add_input(f"x{i}", TensorType(dtype, (n,))) for i in range(arity)]
+    g.outputs = [g.add(op, xs)]
+    return g
+
+
+def _special_f32(n: int, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(n, generator=gen) * 3
+    x[:8] = torch.tensor([0.0, -0.0, 1e-7, -1e-7, 0.5, -2.5, float("inf"), float("nan")])[: min(8, n)]
+    return x
+
+
+@pytest.mark.parametrize("op", UNARY_F32 + BINARY_F32)
+def test_float_op_matches_the_reference(op):
+    arity = 2 if op in BINARY_F32 else 1
+    g = _op_graph(op, "f32", arity)
+    ex = TritonExecutor(g, build_triton(g))
+    gen = torch.Generator().manual_seed(1)
+    for n in (1, 37, 300):
+        xs = [_special_f32(n, gen) for _ in range(arity)]
+        if op in ("gelu", "gelu_tanh"):  # torch's own gelu(inf) is inf or nan depending on the vector length
+            xs = [torch.where(x.isinf(), 40.0, x) for x in xs]
+        if op == "pow":
+            xs[1][: min(8, n)] = torch.tensor([2.0, 3.0, -1.0, 0.5, 0.0, 1.0, -2.0, 2.0])[: min(8, n)]
+        want = ReferenceExecutor(g).run(xs)[0]
+        got = ex.run(list(_on(*xs)))[0].cpu()
+        assert got.dtype == want.dtype
+        if want.is_floating_point():
+            torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6, equal_nan=True)
+        else:
+            assert torch.equal(got, want), (op, xs, got, want)
+
+
+@pytest.mark.parametrize("op", BINARY_I64)
+def test_integer_op_matches_the_reference(op):
+    g = _op_graph(op, "i64", 2)
+    ex = TritonExecutor(g, build_triton(g))
+    a = torch.tensor([7, -7, 7, -7, 5, 0, 3, -3, 9, -9, 1 << 40])
+    b = torch.tensor([2, 2, -2, -2, 5, 3, 7, 7, -4, 4, 3])
+    want = ReferenceExecutor(g).run([a, b])[0]
+    assert torch.equal(ex.run(list(_on(a, b)))[0].cpu(), want)
+
+
+def test_shape_errors_come_from_the_generated_checks():
+    graph = parse_graph(MAYBE_BROADCAST)
+    ex = TritonExecutor(graph, build_triton(graph))
+    x, y = _on(torch.randn(4, 9), torch.randn(4, 8))
+    with pytest.raises(ShapeError, match="input 1 dim 1"):
+        ex.run([x, y])
+
+
+def test_one_program_called_from_many_threads_with_different_shapes():
+    m = Norms()
+    cm = _compile(m, (torch.randn(2, 3, 40), torch.randn(2, 3, 40)), {"x": BXS, "r": BXS})
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for rep in range(3):
+                shape = (1 + (k + rep) % 3, 1 + 5 * k, 40)
+                _check(cm, m, (torch.randn(*shape), torch.randn(*shape)))
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_slots_live_together_never_overlap():
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(50):
+        n = 6
+        sizes = [int(x) for x in torch.randint(0, 5000, (n,), generator=gen)]
+        live = [sorted(int(v) for v in torch.randint(0, 10, (2,), generator=gen)) for _ in range(n)]
+        clash = [[j for j in range(n) if j != i and live[i][0] <= live[j][1] and live[j][0] <= live[i][1]] for i in range(n)]
+        offsets, total = place_slots(sizes, clash)
+        for i in range(n):
+            assert offsets[i] % 256 == 0 and offsets[i] + sizes[i] <= total
+            for j in clash[i]:
+                assert offsets[i] + sizes[i] <= offsets[j] or offsets[j] + sizes[j] <= offsets[i] or 0 in (sizes[i], sizes[j])
+        assert total <= sum(math.ceil(s / 256) * 256 for s in sizes)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "t5_encoder", "llama", "vit", "resnet"])
+def test_model_families_run_on_the_triton_backend(family):
+    from disc.models import MODELS
+
+    entry = MODELS[family]
+    model = entry.build()
+    cm = disc.compile(model.to(DEVICE), _on(*entry.inputs(entry.export_shape)), dynamic=entry.dynamic, backend="triton")
+    assert cm.report.backend.name in ("triton-interpreter", "triton-gpu")
+    for shape in entry.shapes[:3]:
+        args = entry.inputs(shape)
+        if DEVICE.type == "cpu":
+            check_against_eager(cm, model, args, 1e-4)
+        else:
+            check_against_eager(cm, model, _on(*args), 1e-4)
