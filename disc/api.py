@@ -73,6 +73,10 @@ class CompileReport:
 
     def _backend_text(self) -> list[str]:
         choice = self.backend
+        if choice is not None and choice.triton is not None:
+            from disc.codegen.triton.explain import describe_triton
+
+            return describe_triton(choice.triton)
         if choice is None or choice.native is None:
             why = choice.reason if choice is not None else "no backend recorded"
             return ["-- backend: reference executor (op by op, with torch) --", f"  {why}"]

@@ -313,3 +313,13 @@ def test_model_families_run_on_the_triton_backend(family):
             check_against_eager(cm, model, args, 1e-4)
         else:
             check_against_eager(cm, model, _on(*args), 1e-4)
+
+
+def test_explain_lists_the_triton_kernels_their_versions_and_the_memory_plan():
+    m = MaskedSoftmax()
+    cm = _compile(m, (torch.randn(2, 4, 5, 5), torch.ones(2, 5)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}})
+    text = disc.explain(cm)
+    assert "-- backend: Triton program" in text
+    assert "version block-row: when d" in text and "version loop-row: when True" in text
+    assert "BLOCK_N=triton.next_power_of_2(" in text
+    assert "-- memory plan" in text
