@@ -323,3 +323,51 @@ def test_explain_lists_the_triton_kernels_their_versions_and_the_memory_plan():
     assert "version block-row: when d" in text and "version loop-row: when True" in text
     assert "BLOCK_N=triton.next_power_of_2(" in text
     assert "-- memory plan" in text
+
+
+@pytest.mark.parametrize("seed", [0, -(2**63), 2**63 - 1, 123456789])
+def test_random_uniform_draws_the_reference_bits(seed):
+    from test_random import TWO_SITES
+
+    graph = parse_graph(TWO_SITES)
+    ex = TritonExecutor(graph, build_triton(graph))
+    for shape in [(1, 1), (3, 17), (5, 130)]:
+        x, s = torch.randn(*shape), torch.tensor([seed], dtype=torch.int64)
+        got, want = ex.run(list(_on(x, s))), ReferenceExecutor(graph, {}).run([x, s])
+        for g, w in zip(got, want):
+            assert torch.equal(g.cpu(), w)
+
+
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="compares with eager on CPU tensors: interpreter only")
+def test_bert_trains_with_forward_and_backward_on_the_triton_backend(monkeypatch):
+    """Plug-in training: embedding backward (scatter_add), LayerNorm/softmax/GELU backward kernels, dropout."""
+    import copy
+
+    from disc.models import MODELS
+
+    monkeypatch.setenv("DISC_BACKEND", "triton")
+    entry = MODELS["bert"]
+    model = entry.factory().train()
+    for m in model.modules():  # eager and disc draw different dropout masks: compare gradients without
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    ref = copy.deepcopy(model)
+    torch._dynamo.reset()
+    before = len(disc.reports())
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    for k, shape in enumerate([entry.export_shape, *entry.shapes[:2]]):
+        args = entry.inputs(shape, seed=k + 1)
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        w = torch.randn(ref(*args)[0].shape, generator=torch.Generator().manual_seed(k))
+        (ref(*args)[0] * w).sum().backward()
+        (compiled(*args)[0] * w).sum().backward()
+        top = max(p.grad.abs().max().item() for p in ref.parameters() if p.grad is not None)
+        for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            if q.grad is not None:
+                err = (p.grad - q.grad).abs().max().item() / max(q.grad.abs().max().item(), 1e-2 * top)
+                assert err <= 1e-4, (dict(shape), name, err)
+    reports = disc.reports()[before:]
+    assert [r.backend.name for r in reports] == ["triton-interpreter", "triton-interpreter"], [(r.name, r.backend.reason) for r in reports]
+    backward = reports[1].backend.triton.source.text
+    assert "tl.atomic_add(" in backward  # the embedding gradient's scatter kernel

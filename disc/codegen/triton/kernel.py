@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.codegen.triton.ops import FLOATS, REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
+from disc.ir.ops.random import site_offset
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import IndexType
 from disc.shape.constraints import ShapeConstraints
@@ -299,6 +300,12 @@ class _Emitter:
     def _op_index_to_tensor(self, n: Node, idx: Idx) -> str:
         value = self.dim(n.inputs[0].type.value)
         return f"tl.full([], {value}, {TL_TYPES[n.dtype]})"
+
+    def _op_random_uniform(self, n: Node, idx: Idx) -> str:
+        seed = self.value(n.inputs[0], Idx(("1",), ("0",)))
+        site = site_offset(n.attrs["site"])
+        site_arg = f"tl.full([], {site}, tl.uint64)" if site < (1 << 63) else f"tl.full([], {site - (1 << 64)}, tl.int64).to(tl.uint64, bitcast=True)"
+        return f"disc_uniform({seed}, {site_arg}, {self.linear_of(idx)})"
 
     def _index_scalar(self, n: Node) -> str:
         if not isinstance(n.type, IndexType):
@@ -645,6 +652,58 @@ def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tu
     return em, rows, cols
 
 
+SCATTER_BLOCK = 128  # kept elements (after the axis) one program owns in a scatter
+
+
+def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
+    """``scatter_add``: a program owns one outer index and a block of inner elements of the output.
+
+    It copies ``x`` into its part of the output, then walks the index along the
+    axis in order, adding each source element at the row its index names. No
+    two programs touch the same output element, so the sums are in a fixed
+    order (reproducible); the adds are atomic only so that a repeated row is
+    read back after its previous add. An index outside the output adds nothing.
+    """
+    em = _Emitter(step, dims, False)
+    (n,) = step.group.nodes
+    x, index, src = n.inputs
+    rank = len(n.shape)
+    axis = n.attrs["axis"] % rank
+    for k in range(rank):
+        if k != axis and not dims.c.prove_equal(n.shape[k], index.shape[k]):
+            raise Unsupported(f"scatter_add %{n.name}: the index covers part of dim {k} of the output (the Triton kernel needs all of it)")
+    out_shape, it_shape = em.shape(n), em.shape(index)
+    outer = dims.product(list(index.shape[:axis]))
+    inner = dims.product(list(index.shape[axis + 1 :]))
+    size, length = dims(n.shape[axis]), dims(index.shape[axis])
+    em.w("pid = tl.program_id(0).to(tl.int64)")
+    em.w(f"blocks = tl.cdiv({inner}, BLOCK)")
+    em.w("o = pid // blocks")
+    em.w("j = (pid % blocks) * BLOCK + tl.arange(0, BLOCK)")
+    em.w(f"mask = j < {inner}")
+    o_dims = em.dims_of(Idx(out_shape[:axis], None, "o")) if axis else ()
+    j_dims = em.dims_of(Idx(out_shape[axis + 1 :], None, "j")) if axis < rank - 1 else ()
+    em.w(f"for k in range(0, {size}):")
+    em.w.depth += 1
+    em.push()
+    at = Idx(out_shape, (*o_dims, "k", *j_dims))
+    em.w(f"tl.store(out0 + {em.linear_of(at)}, {em.value(x, at)}, mask=mask)")
+    em.pop()
+    em.w.depth -= 1
+    em.w(f"for k in range(0, {length}):")
+    em.w.depth += 1
+    em.push()
+    it = (*o_dims, "k", *j_dims)
+    g = em.value(index, Idx(it_shape, it))
+    v = em.value(src, em._operand_idx(src, list(it)))
+    row = em.let(f"tl.where({g} < 0, {g} + {size}, {g})", "g")
+    target = Idx(out_shape, (*o_dims, row, *j_dims))
+    em.w(f"tl.atomic_add(out0 + {em.linear_of(target)}, {v}, mask=mask & ({row} >= 0) & ({row} < {size}))")
+    em.pop()
+    em.w.depth -= 1
+    return em, f"{outer} * triton.cdiv({inner}, {SCATTER_BLOCK})"
+
+
 # -- versions -------------------------------------------------------------------------------------
 def _no_broadcast_conditions(step: KernelStep, dims: DimArgs) -> list[str]:
     out = []
@@ -720,9 +779,13 @@ def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: s
 
 def emit_kernel(step: KernelStep, c: ShapeConstraints, name: str) -> TritonKernel:
     """The Triton source of one fused group, with its speculation versions."""
-    if [n.op for n in step.group.nodes] == ["scatter_add"]:
-        raise Unsupported("scatter_add has no Triton kernel yet")
     dims = DimArgs(c)
+    if [n.op for n in step.group.nodes] == ["scatter_add"]:
+        em, grid = _scatter_body(step, dims)
+        body = _Body("general", "True", em, {"BLOCK": str(SCATTER_BLOCK)}, grid)
+        text = "\n".join(["# scatter kernel: scatter_add", _signature(name, step, dims, ["BLOCK"]), body.text, ""])
+        params = list(step.outputs) + [n for n in dict.fromkeys(step.inputs) if n not in set(step.outputs)]
+        return TritonKernel(name, text, [Version("general", "True", name, grid, body.constexprs, 4)], params, list(dims.exprs))
     lead = _leading_reduction(step, c) if any(n.op == "reduce" for n in step.group.nodes) else 0
     # The general versions first: emitting them registers every dim the broadcast conditions name.
     general = _schedules(step, dims, lead, False, "True", "")

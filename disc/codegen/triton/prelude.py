@@ -120,3 +120,14 @@ def disc_add(a, b):
 @triton.jit
 def disc_mul(a, b):
     return a * b
+
+
+@triton.jit
+def disc_uniform(seed, site_offset, i):
+    # random_uniform (disc/ir/ops/random.py): SplitMix64 of (seed, site, position), bit for bit the
+    # reference's and the C++ kernel's numbers; 64-bit unsigned arithmetic wraps as in C.
+    z = seed.to(tl.uint64, bitcast=True) + site_offset + i.to(tl.uint64, bitcast=True) * 0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    z = z ^ (z >> 31)
+    return (z >> 40).to(tl.int32).to(tl.float32) * 5.9604644775390625e-08
