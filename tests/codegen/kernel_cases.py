@@ -16,7 +16,7 @@ def check_against_eager(cm, model: nn.Module, args: tuple, tol: float = 1e-5) ->
     assert len(want) == len(got)
     for w, g in zip(want, got):
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
-        g = g.cpu()
+        g = g.to(w.device)
         if w.is_floating_point():
             scale = w.abs().max().clamp_min(1e-6)
             assert ((w - g).abs().max() / scale).item() <= tol, (w - g).abs().max()

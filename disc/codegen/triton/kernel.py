@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from disc.codegen.lowering import KernelStep, Unsupported
-from disc.codegen.triton.ops import FLOATS, REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
+from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
 from disc.ir.ops.random import site_offset
 from disc.ir.registry import ELEMENTWISE, get_spec
@@ -243,8 +243,8 @@ class _Emitter:
             x = self.value(n.inputs[0], idx)
             if n.dtype == "i1":
                 return f"({x} != 0)"
-            if _is_literal(x):
-                return literal(float(eval(x)) if n.dtype in FLOATS else int(float(eval(x))), n.dtype)  # noqa: S307 (our own literal)
+            if _is_literal(x):  # a Python number has no .to(): make it a typed scalar
+                return f"tl.full([], {x}, {TL_TYPES[n.dtype]})"
             return f"{x}.to({TL_TYPES[n.dtype]})"
         handler = getattr(self, f"_op_{op}", None)
         if handler is None:
