@@ -177,6 +177,33 @@ def reshape_view(c: ShapeConstraints, shape, strides, new_shape) -> tuple[Stride
     return tuple(out)
 
 
+def batch_parts(c: ShapeConstraints, n: Node, sa: Stride, sb: Stride, sc: Stride, size: DimLike) -> list[tuple]:
+    """One GEMM batch dim as (size, lhs stride, rhs stride, out stride) parts.
+
+    A compound view dim (heads split out of rows, then merged with the batch)
+    is several strided dims: the other operands' plain strides are split into
+    the same parts, so every backend passes them as separate batch dims.
+    """
+    compound = [st for st in (sa, sb, sc) if isinstance(st, tuple)]
+    if not compound:
+        return [(size, sa, sb, sc)]
+    sizes = [d for d, _ in compound[0]]
+    for other in compound[1:]:
+        if len(other) != len(sizes) or not all(c.prove_equal(a, b) for (a, _), b in zip(other, sizes)):
+            raise Unsupported(f"%{n.name}: operands split batch dim differently")
+
+    def split(st) -> list:
+        if isinstance(st, tuple):
+            return [x for _, x in st]
+        out, acc = [], as_expr(st)
+        for d in reversed(sizes):
+            out.append(acc)
+            acc = acc * as_expr(d)
+        return list(reversed(out))
+
+    return list(zip(sizes, split(sa), split(sb), split(sc)))
+
+
 def _divides(c: ShapeConstraints, a: SymExpr, b: SymExpr) -> bool:
     from disc.shape.expr import exact_divide
 

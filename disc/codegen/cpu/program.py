@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel
 from disc.codegen.cpu.ops import C_TYPES, PRELUDE
-from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, contiguous_strides
+from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, batch_parts, contiguous_strides
 from disc.ir.graph import Node
 from disc.ir.types import IndexType
 from disc.shape.expr import SymExpr, as_expr
@@ -241,7 +241,7 @@ class _ProgramEmitter:
         lines.append(f"    g.m = {m}; g.n = {nn}; g.k = {k};")
         batch = []
         for i, (x, y) in enumerate(zip(lb, rb)):
-            batch += self._batch_parts(n, lhs.strides[x], rhs.strides[y], out_strides[i], n.shape[i])
+            batch += batch_parts(self.c, n, lhs.strides[x], rhs.strides[y], out_strides[i], n.shape[i])
         if len(batch) > 6:
             raise Unsupported(f"%{n.name}: more than 6 batch dims")
         lines.append(f"    g.batch_rank = {len(batch)};")
@@ -254,27 +254,6 @@ class _ProgramEmitter:
         lines.append("    if (ral->gemm(ctx, &g)) return 1;")
         lines.append("  }")
         return lines
-
-    def _batch_parts(self, n: Node, sa, sb, sc, size) -> list[tuple]:
-        """One batch dim of a GEMM as (size, lhs stride, rhs stride, out stride) parts; a compound view dim splits."""
-        compound = [st for st in (sa, sb, sc) if isinstance(st, tuple)]
-        if not compound:
-            return [(size, sa, sb, sc)]
-        sizes = [d for d, _ in compound[0]]
-        for other in compound[1:]:
-            if len(other) != len(sizes) or not all(self.c.prove_equal(a, b) for (a, _), b in zip(other, sizes)):
-                raise Unsupported(f"%{n.name}: operands split batch dim differently")
-
-        def split(st) -> list:
-            if isinstance(st, tuple):
-                return [x for _, x in st]
-            out, acc = [], as_expr(st)
-            for d in reversed(sizes):
-                out.append(acc)
-                acc = acc * as_expr(d)
-            return list(reversed(out))
-
-        return list(zip(sizes, split(sa), split(sb), split(sc)))  # type: ignore[arg-type]
 
     def _conv(self, step: LibraryStep) -> list[str]:
         n = step.node

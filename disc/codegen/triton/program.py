@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, contiguous_strides
+from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, batch_parts, contiguous_strides
 from disc.codegen.triton.kernel import TritonKernel, emit_kernel
 from disc.ir.graph import Node
 from disc.ir.types import IndexType
@@ -205,7 +205,7 @@ class _ProgramEmitter:
         op_: list[tuple] = []
         ls, rs, os = "", "", ""
         for i, (x, y) in enumerate(zip(lb, rb)):
-            for size, sa, sb, sc in self._batch_parts(n, lhs.strides[x], rhs.strides[y], out.strides[i], n.shape[i]):
+            for size, sa, sb, sc in batch_parts(self.c, n, lhs.strides[x], rhs.strides[y], out.strides[i], n.shape[i]):
                 ch = next(letters)
                 ls, rs, os = ls + ch, rs + ch, os + ch
                 lp.append((size, sa))
@@ -238,27 +238,6 @@ class _ProgramEmitter:
         if isinstance(st, tuple):
             raise Unsupported(f"%{n.name}: a non-batch GEMM dim of %{v.base.name} is split across strides")
         return st
-
-    def _batch_parts(self, n: Node, sa, sb, sc, size) -> list[tuple]:
-        """One batch dim as (size, lhs stride, rhs stride, out stride) parts; a compound view dim splits the others alike."""
-        compound = [st for st in (sa, sb, sc) if isinstance(st, tuple)]
-        if not compound:
-            return [(size, sa, sb, sc)]
-        sizes = [d for d, _ in compound[0]]
-        for other in compound[1:]:
-            if len(other) != len(sizes) or not all(self.c.prove_equal(x, y) for (x, _), y in zip(other, sizes)):
-                raise Unsupported(f"%{n.name}: operands split a batch dim differently")
-
-        def split(st) -> list:
-            if isinstance(st, tuple):
-                return [x for _, x in st]
-            out, acc = [], as_expr(st)
-            for d in reversed(sizes):
-                out.append(acc)
-                acc = acc * as_expr(d)
-            return list(reversed(out))
-
-        return list(zip(sizes, split(sa), split(sb), split(sc)))
 
     def _conv(self, k: int, step: LibraryStep) -> list[str]:
         n = step.node
