@@ -22,7 +22,9 @@ the reason; the caller then runs the reference executor and says why.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from disc.fusion.plan import FusionGroup, plan_fusion
 from disc.ir.graph import Graph, Node
@@ -108,11 +110,37 @@ class LoweredProgram:
     output_buffers: list[Node]  # values written into caller-allocated outputs, in buffer order
     folded_views: dict[Node, View]
 
+    def describe_slots(self) -> list[str]:
+        """A line per workspace slot: its symbolic size, the buffers sharing it and when each is live."""
+        lines = []
+        for k, slot in enumerate(self.slots):
+            names = ", ".join("%" + n.name for n in slot.users)
+            live = ", ".join(f"{a}..{b}" for a, b in slot.live)
+            lines.append(f"  slot {k}: {slot.size} B  <- {names}  (live in steps {live})")
+        return lines
+
     def counts(self) -> dict[str, int]:
         out = {"memory_bound": 0, "library": 0}
         for s in self.steps:
             out["library" if isinstance(s, LibraryStep) else "memory_bound"] += 1
         return out
+
+
+def resolve_outputs(specs: list[tuple[str, object]], buffers: Sequence[Any], inputs: Sequence[Any], constant: Callable[[str], Any]) -> list[Any]:
+    """The graph's outputs after a run, from ``LoweredProgram.outputs``: a written buffer, an input
+    passed through, a constant (``constant(name)``), or the same value as an earlier output."""
+
+    def one(spec: tuple[str, object]) -> Any:
+        kind, where = spec
+        if kind == "buffer":
+            return buffers[where]  # type: ignore[index]
+        if kind == "input":
+            return inputs[where]  # type: ignore[index]
+        if kind == "const":
+            return constant(str(where))
+        return one(specs[where])  # type: ignore[index]
+
+    return [one(spec) for spec in specs]
 
 
 def contiguous_strides(shape: tuple[DimLike, ...]) -> tuple[SymExpr, ...]:

@@ -21,7 +21,7 @@ import torch
 from disc.codegen.cpu.kernel import MAX_VERSIONS
 from disc.codegen.cpu.program import NativeSource, emit_program
 from disc.codegen.cpu.toolchain import BuildResult, build
-from disc.codegen.lowering import LoweredProgram, lower
+from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
@@ -145,7 +145,7 @@ class NativeExecutor:
         rc = self._run(self.ral.table, ctypes.byref(ctx), dims, in_ptrs, self._const_ptrs, out_ptrs, ws_ptr)
         if rc:
             self._raise(rc, ctx)
-        return [self._output(spec, outs, inputs) for spec in self._out_specs]
+        return resolve_outputs(self._out_specs, outs, inputs, self.graph.constants.__getitem__)
 
     def profile(self, inputs: Sequence[torch.Tensor]) -> ExecutionProfile:
         """Kernels launched per call (memory-bound, library) and the workspace bytes at these inputs."""
@@ -154,16 +154,6 @@ class NativeExecutor:
         _, _, ws_bytes = self._plan(inputs)
         kernels = {"memory_bound": counts["memory_bound"], "library": counts["library"], "fallback": 0}
         return ExecutionProfile(kernels=kernels, workspace_bytes=ws_bytes)
-
-    def _output(self, spec, outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
-        kind, where = spec
-        if kind == "buffer":
-            return outs[where]
-        if kind == "input":
-            return inputs[where]
-        if kind == "const":
-            return self.graph.constants[where]
-        return self._output(self._out_specs[where], outs, inputs)
 
     def step_profile(self) -> list[dict]:
         """Per step: what it is, total nanoseconds and calls per speculation version (profiling builds only)."""

@@ -27,7 +27,7 @@ from types import ModuleType
 
 import torch
 
-from disc.codegen.lowering import LoweredProgram, lower
+from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.runtime.reference import ExecutionProfile
@@ -185,17 +185,10 @@ class TritonExecutor:
 
     def run(self, inputs: Sequence[torch.Tensor], runtime: TritonRuntime | None = None) -> list[torch.Tensor]:
         outs, _ = self.build.module.disc_run(runtime or self.runtime, list(inputs), self._consts)
-        return [self._output(spec, outs, inputs) for spec in self._out_specs]
+        return resolve_outputs(self._out_specs, outs, inputs, self._constant)
 
-    def _output(self, spec, outs: list[torch.Tensor], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        kind, where = spec
-        if kind == "buffer":
-            return outs[where]
-        if kind == "input":
-            return inputs[where]
-        if kind == "const":
-            return self._const_by_name.get(where, self.graph.constants[where])
-        return self._output(self._out_specs[where], outs, inputs)
+    def _constant(self, name: str) -> torch.Tensor:
+        return self._const_by_name.get(name, self.graph.constants[name])
 
     def versions_run(self, inputs: Sequence[torch.Tensor]) -> dict[int, str]:
         """Per kernel step, the label of the speculation version these inputs run (library steps: "library")."""

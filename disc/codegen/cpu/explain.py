@@ -39,8 +39,5 @@ def describe_native(native: Any) -> list[str]:
         "   slots never live together into the same bytes, at that call's sizes) --",
         f"  workspace bytes <= {src.workspace_bound} (all slots side by side, each aligned to 64 B)",
     ]
-    for k, slot in enumerate(lp.slots):
-        names = ", ".join("%" + n.name for n in slot.users)
-        live = ", ".join(f"{a}..{b}" for a, b in slot.live)
-        lines.append(f"  slot {k}: {slot.size} B  <- {names}  (live in steps {live})")
+    lines += lp.describe_slots()
     return lines

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
+from disc.codegen.groups import leading_reduction, output_source, reads, reduction_domain, reduction_levels, runtime_broadcasts
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.ir.ops.random import site_offset
@@ -128,12 +129,6 @@ class _Emitter:
 
     def shape(self, n: Node) -> tuple[str, ...]:
         return tuple(self.dim(d) for d in n.shape)
-
-    def reshape_source(self, n: Node) -> Node:
-        """The value ``n`` reshapes, through this kernel's reshapes (a reshape keeps the linear order)."""
-        while n.op == "reshape" and n in self.members:
-            n = n.inputs[0]
-        return n
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -544,7 +539,7 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
     for i, out in enumerate(step.outputs):
         if only is not None and out not in only:
             continue
-        source = em.reshape_source(out)  # out[k] = source[k]
+        source = output_source(out, em.members)  # out[k] = source[k]
         if em.c.prove_same_shape(out.shape, space.shape):
             at = idx
         elif source is not out and em.c.prove_same_shape(source.shape, space.shape):
@@ -569,31 +564,10 @@ def _cacheable(n: Node, em: _Emitter) -> bool:
     return n in em.members and (n.op in UNARY or n.op in BINARY or n.op in ("select", "reduce_window"))
 
 
-def _reads(roots: list[Node], target: Node, em: _Emitter) -> bool:
-    """Does computing ``roots`` in a row pass read ``target``? (Reductions are finished values: not entered.)"""
-    seen, stack = set(), list(roots)
-    while stack:
-        n = stack.pop()
-        if n is target:
-            return True
-        if n in seen or n not in em.members or n.op == "reduce":
-            continue
-        seen.add(n)
-        stack.extend(n.inputs)
-    return False
-
-
 def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule: str = "recompute") -> _Emitter:
     """Rows x reduced elements; ``schedule`` is "recompute", "row-cached" or "split-row" (see the module doc)."""
     em = _Emitter(step, names, assume)
-    reductions = [n for n in step.group.nodes if n.op == "reduce"]
-    first = reductions[0]
-    domain, rdims = first.inputs[0], tuple(sorted(d % max(len(first.inputs[0].shape), 1) for d in first.attrs["dims"]))
-    for r in reductions[1:]:
-        if not em.c.prove_same_shape(r.inputs[0].shape, domain.shape) or tuple(sorted(r.attrs["dims"])) != rdims:
-            raise Unsupported(f"reductions %{first.name} and %{r.name} reduce different spaces")
-    if not rdims:
-        raise Unsupported(f"reduction %{first.name} reduces no dims")
+    reductions, domain, rdims = reduction_domain(step, em.c)
     shape = em.shape(domain)
     outer_axes = [k for k in range(len(shape)) if k not in rdims]
     trailing = list(rdims) == list(range(len(shape) - len(rdims), len(shape)))
@@ -630,13 +604,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
         em.pass_dims = idx.dims
         return idx
 
-    level: dict[Node, int] = {}
-    for n in step.group.nodes:  # program order: operands first
-        below = [level[x] for x in n.inputs if x in level]
-        if n.op == "reduce":
-            level[n] = 1 + max(below, default=0)
-        elif below:
-            level[n] = max(below)
+    level = reduction_levels(step)
     last_level = max(level[r] for r in reductions)
     row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
     full_outputs = [o for o in step.outputs if o not in row_outputs]
@@ -647,7 +615,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
         for r in reductions:
             x = r.inputs[0]
             later = [q.inputs[0] for q in reductions if level[q] > level[r]] + full_outputs
-            if _cacheable(x, em) and x not in to_cache and len(to_cache) < ROW_CACHE_BUFFERS and _reads(later, x, em):
+            if _cacheable(x, em) and x not in to_cache and len(to_cache) < ROW_CACHE_BUFFERS and reads(later, x, em.members):
                 to_cache[x] = f"row{len(to_cache)}"
                 em.w(f"alignas(64) {C_TYPES[x.dtype]} {to_cache[x]}[{size}];")
         if not to_cache:
@@ -704,7 +672,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     for i, o in enumerate(step.outputs):
         if o in row_outputs:
             r = reductions[0]
-            source = em.reshape_source(o)  # a reshaped row value (a bias gradient [1, n] -> [n])
+            source = output_source(o, em.members)  # a reshaped row value (a bias gradient [1, n] -> [n])
             if not em.c.prove_same_shape(source.shape, r.shape):
                 raise Unsupported(f"output %{o.name} {o.type} is neither the row space {r.type} nor the reduced space")
             at = Idx(em.shape(source), row_of[r])
@@ -722,31 +690,6 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     em.w.depth -= 1
     em.w("}")
     return em
-
-
-def _leading_reduction(step: KernelStep, em: _Emitter) -> int:
-    """How many leading dims every reduction of the group reduces, when a column schedule can run it; else 0.
-
-    A column schedule walks the reduction space in memory order (reduced rows
-    outer, kept elements inner and contiguous) and accumulates per kept element:
-    it needs every reduction to reduce the same leading dims of one space, and
-    no value computed per element (an operand of a reduction, a full-size
-    output) to read a reduction, which is only known after the last row.
-    """
-    reductions = [n for n in step.group.nodes if n.op == "reduce"]
-    domain = reductions[0].inputs[0]
-    rank = len(domain.shape)
-    rdims = sorted(d % max(rank, 1) for d in reductions[0].attrs["dims"])
-    if not 0 < len(rdims) < rank or rdims != list(range(len(rdims))):
-        return 0
-    for r in reductions:
-        if sorted(d % rank for d in r.attrs["dims"]) != rdims or not em.c.prove_same_shape(r.inputs[0].shape, domain.shape):
-            return 0
-    full = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
-    per_element = [r.inputs[0] for r in reductions] + full
-    if any(_reads(per_element, r, em) for r in reductions):
-        return 0
-    return len(rdims)
 
 
 def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) -> _Emitter:
@@ -820,7 +763,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
     for i, o in enumerate(step.outputs):
         if o not in row_outputs:
             continue
-        source = em.reshape_source(o)
+        source = output_source(o, em.members)
         r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
         if r is None:
             raise Unsupported(f"output %{o.name} {o.type} is neither a reduced space nor the full space {domain.type}")
@@ -898,7 +841,7 @@ def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emi
         return [("general", "true", _scatter_body(step, names))]
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 
-    lead = _leading_reduction(step, _Emitter(step, names, False)) if has_reduce else 0
+    lead = leading_reduction(step, names.c) if has_reduce else 0
 
     def body(assume: bool, schedule: str = "recompute") -> _Emitter:
         if lead:
@@ -968,17 +911,7 @@ def _conj(*conds: str) -> str:
 
 
 def _no_broadcast_conditions(step: KernelStep, names: SymbolNames) -> set[str]:
-    c = names.c
-    out = set()
-    for n in step.group.nodes:
-        if n.op != "broadcast_in_dim":
-            continue
-        x = n.inputs[0]
-        for m, d in enumerate(n.attrs["dims"]):
-            src, dst = x.shape[m], n.shape[d]
-            if not c.prove_is_one(src) and not c.prove_equal(src, dst):
-                out.add(f"{names.expr(src)} == {names.expr(dst)}")
-    return out
+    return {f"{names.expr(src)} == {names.expr(dst)}" for src, dst in runtime_broadcasts(step, names.c)}
 
 
 def _params(step: KernelStep) -> list[Node]:

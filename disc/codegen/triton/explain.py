@@ -34,8 +34,5 @@ def describe_triton(build: Any) -> list[str]:
             launch = ", ".join(f"{k}={val}" for k, val in v.constexprs.items())
             lines.append(f"    version {v.label}: when {v.condition}; {v.grid} programs, {launch}")
     lines += ["", "-- memory plan (one workspace; slots never live together share bytes, placed per call) --"]
-    for k, slot in enumerate(lp.slots):
-        names = ", ".join("%" + n.name for n in slot.users)
-        live = ", ".join(f"{a}..{b}" for a, b in slot.live)
-        lines.append(f"  slot {k}: {slot.size} B  <- {names}  (live in steps {live})")
+    lines += lp.describe_slots()
     return lines

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from disc.codegen.groups import leading_reduction, output_source, reduction_domain, reduction_levels, runtime_broadcasts
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
@@ -432,9 +433,7 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
     for i, out in enumerate(step.outputs):
         if only is not None and out not in only:
             continue
-        source = out
-        while source.op == "reshape" and source in em.members:
-            source = source.inputs[0]
+        source = output_source(out, em.members)
         if em.c.prove_same_shape(out.shape, space.shape):
             at = idx
             v = em.value(out, at)
@@ -459,32 +458,6 @@ def _loop_body(step: KernelStep, dims: DimArgs, assume: bool) -> tuple[_Emitter,
     return em, n
 
 
-def _reduction_domain(step: KernelStep, c: ShapeConstraints) -> tuple[list[Node], Node, tuple[int, ...]]:
-    reductions = [n for n in step.group.nodes if n.op == "reduce"]
-    first = reductions[0]
-    domain = first.inputs[0]
-    rank = max(len(domain.shape), 1)
-    rdims = tuple(sorted(d % rank for d in first.attrs["dims"]))
-    for r in reductions[1:]:
-        if not c.prove_same_shape(r.inputs[0].shape, domain.shape) or tuple(sorted(d % rank for d in r.attrs["dims"])) != rdims:
-            raise Unsupported(f"reductions %{first.name} and %{r.name} reduce different spaces")
-    if not rdims:
-        raise Unsupported(f"reduction %{first.name} reduces no dims")
-    return reductions, domain, rdims
-
-
-def _levels(step: KernelStep) -> dict[Node, int]:
-    """Pass number of each reduction (1 + the deepest reduction it reads); other nodes inherit their operands' level."""
-    level: dict[Node, int] = {}
-    for n in step.group.nodes:
-        below = [level[x] for x in n.inputs if x in level]
-        if n.op == "reduce":
-            level[n] = 1 + max(below, default=0)
-        elif below:
-            level[n] = max(below)
-    return level
-
-
 def _combine_tile(kind: str, dtype: str, x: str, axis: int) -> str:
     """``x`` (a tile whose masked positions hold the identity) reduced along ``axis``, keeping the dim."""
     if kind == "sum":
@@ -506,7 +479,7 @@ def _masked(em: _Emitter, r: Node, x: str) -> str:
 def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str) -> tuple[_Emitter, str, str]:
     """Rows x reduced elements; ``schedule`` is "block-row" (whole rows in registers) or "loop-row" (chunks)."""
     em = _Emitter(step, dims, assume)
-    reductions, domain, rdims = _reduction_domain(step, em.c)
+    reductions, domain, rdims = reduction_domain(step, em.c)
     shape = em.shape(domain)
     outer_axes = [k for k in range(len(shape)) if k not in rdims]
     rows = dims.product([domain.shape[k] for k in outer_axes])
@@ -534,7 +507,7 @@ def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str
             full.append(next(it_i) if k in rdims else next(it_o))
         return Idx(shape, tuple(full), em.let(f"r * {cols} + j", "l") if trailing else None)
 
-    level = _levels(step)
+    level = reduction_levels(step)
     row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
     full_outputs = [o for o in step.outputs if o not in row_outputs]
     looped = schedule == "loop-row"
@@ -582,9 +555,7 @@ def _write_row_outputs(em: _Emitter, step: KernelStep, reductions: list[Node], r
     for i, o in enumerate(step.outputs):
         if o not in row_outputs:
             continue
-        source = o
-        while source.op == "reshape" and source in em.members:  # a reshaped row value (a bias gradient [1, n] -> [n])
-            source = source.inputs[0]
+        source = output_source(o, em.members)  # a reshaped row value (a bias gradient [1, n] -> [n])
         r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
         if r is None:
             raise Unsupported(f"output %{o.name} {o.type} is neither a row space nor the reduced space")
@@ -592,32 +563,10 @@ def _write_row_outputs(em: _Emitter, step: KernelStep, reductions: list[Node], r
         em.w(f"tl.store(out{i} + {em.linear_of(at)}, {em.value(source, at)}, mask={em.masks[-1]})")
 
 
-def _leading_reduction(step: KernelStep, c: ShapeConstraints) -> int:
-    """How many leading dims every reduction reduces, when a column schedule can run the group; else 0."""
-    reductions, domain, rdims = _reduction_domain(step, c)
-    rank = len(domain.shape)
-    if not 0 < len(rdims) < rank or list(rdims) != list(range(len(rdims))):
-        return 0
-    members = set(step.group.nodes)
-    full = [o for o in step.outputs if c.prove_same_numel(o.shape, domain.shape)]
-    per_element = [r.inputs[0] for r in reductions] + full
-    # A value computed per element must not read a reduction: that is only known after the last row.
-    seen, stack = set(), list(per_element)
-    while stack:
-        n = stack.pop()
-        if n in seen or n not in members:
-            continue
-        if n.op == "reduce":
-            return 0
-        seen.add(n)
-        stack.extend(n.inputs)
-    return len(rdims)
-
-
 def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tuple[_Emitter, str, str]:
     """Reductions over the ``lead`` leading dims: a program owns BLOCK_N kept elements and walks every row."""
     em = _Emitter(step, dims, assume)
-    reductions, domain, _ = _reduction_domain(step, em.c)
+    reductions, domain, _ = reduction_domain(step, em.c)
     shape = em.shape(domain)
     rows = dims.product(list(domain.shape[:lead]))
     cols = dims.product(list(domain.shape[lead:]))
@@ -705,21 +654,6 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
 
 
 # -- versions -------------------------------------------------------------------------------------
-def _no_broadcast_conditions(step: KernelStep, dims: DimArgs) -> list[str]:
-    out = []
-    for n in step.group.nodes:
-        if n.op != "broadcast_in_dim":
-            continue
-        x = n.inputs[0]
-        for m, d in enumerate(n.attrs["dims"]):
-            src, dst = x.shape[m], n.shape[d]
-            if not dims.c.prove_is_one(src) and not dims.c.prove_equal(src, dst):
-                cond = f"{dims(src)} == {dims(dst)}"
-                if cond not in out:
-                    out.append(cond)
-    return out
-
-
 def _conj(*conds: str) -> str:
     parts = [c for c in conds if c and c != "True"]
     return " and ".join(parts) or "True"
@@ -786,12 +720,13 @@ def emit_kernel(step: KernelStep, c: ShapeConstraints, name: str) -> TritonKerne
         text = "\n".join(["# scatter kernel: scatter_add", _signature(name, step, dims, ["BLOCK"]), body.text, ""])
         params = list(step.outputs) + [n for n in dict.fromkeys(step.inputs) if n not in set(step.outputs)]
         return TritonKernel(name, text, [Version("general", "True", name, grid, body.constexprs, 4)], params, list(dims.exprs))
-    lead = _leading_reduction(step, c) if any(n.op == "reduce" for n in step.group.nodes) else 0
+    lead = leading_reduction(step, c) if any(n.op == "reduce" for n in step.group.nodes) else 0
     # The general versions first: emitting them registers every dim the broadcast conditions name.
     general = _schedules(step, dims, lead, False, "True", "")
     bodies: list[_Body] = []
     if any(b.em.maybe_broadcast for b in general):
-        bodies = _schedules(step, dims, lead, True, _conj(*_no_broadcast_conditions(step, dims)), "no-broadcast")
+        conditions = list(dict.fromkeys(f"{dims(src)} == {dims(dst)}" for src, dst in runtime_broadcasts(step, c)))
+        bodies = _schedules(step, dims, lead, True, _conj(*conditions), "no-broadcast")
     bodies += general
     kept: list[_Body] = []
     for b in bodies:  # drop versions an earlier one always pre-empts

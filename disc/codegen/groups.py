@@ -1,0 +1,103 @@
+"""What a fused group is, independent of the language it is printed in.
+
+Both code generators (C++ and Triton) ask the same questions of a kernel
+step before they print it: which space its reductions reduce, in which
+order dependent reductions run, whether a column schedule can run it, which
+broadcasts are left to run time, and which value an output reshapes. The
+answers live here once.
+"""
+
+from __future__ import annotations
+
+from disc.codegen.lowering import KernelStep, Unsupported
+from disc.ir.graph import Node
+from disc.shape.constraints import ShapeConstraints
+from disc.shape.expr import DimLike
+
+
+def output_source(out: Node, members: set[Node]) -> Node:
+    """The value ``out`` reshapes, through the group's own reshapes (a reshape keeps the linear order)."""
+    while out.op == "reshape" and out in members:
+        out = out.inputs[0]
+    return out
+
+
+def reads(roots: list[Node], target: Node, members: set[Node]) -> bool:
+    """Does computing ``roots`` inside the group read ``target``? (Reductions are finished values: not entered.)"""
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n is target:
+            return True
+        if n in seen or n not in members or n.op == "reduce":
+            continue
+        seen.add(n)
+        stack.extend(n.inputs)
+    return False
+
+
+def reduction_domain(step: KernelStep, c: ShapeConstraints) -> tuple[list[Node], Node, tuple[int, ...]]:
+    """The group's reductions, the space they all reduce, and its reduced dims (``Unsupported`` if they differ)."""
+    reductions = [n for n in step.group.nodes if n.op == "reduce"]
+    first = reductions[0]
+    domain = first.inputs[0]
+    rank = max(len(domain.shape), 1)
+    rdims = tuple(sorted(d % rank for d in first.attrs["dims"]))
+    for r in reductions[1:]:
+        if not c.prove_same_shape(r.inputs[0].shape, domain.shape) or tuple(sorted(d % rank for d in r.attrs["dims"])) != rdims:
+            raise Unsupported(f"reductions %{first.name} and %{r.name} reduce different spaces")
+    if not rdims:
+        raise Unsupported(f"reduction %{first.name} reduces no dims")
+    return reductions, domain, rdims
+
+
+def reduction_levels(step: KernelStep) -> dict[Node, int]:
+    """The pass of each reduction (1 + the deepest reduction it reads: LayerNorm's mean 1, variance 2); others inherit."""
+    level: dict[Node, int] = {}
+    for n in step.group.nodes:  # program order: operands first
+        below = [level[x] for x in n.inputs if x in level]
+        if n.op == "reduce":
+            level[n] = 1 + max(below, default=0)
+        elif below:
+            level[n] = max(below)
+    return level
+
+
+def leading_reduction(step: KernelStep, c: ShapeConstraints) -> int:
+    """How many leading dims every reduction of the group reduces, when a column schedule can run it; else 0.
+
+    A column schedule walks the reduction space in memory order (reduced rows
+    outer, kept elements inner) and accumulates per kept element: it needs
+    every reduction to reduce the same leading dims of one space, and no value
+    computed per element (an operand of a reduction, a full-size output) to
+    read a reduction, which is only known after the last row.
+    """
+    reductions = [n for n in step.group.nodes if n.op == "reduce"]
+    domain = reductions[0].inputs[0]
+    rank = len(domain.shape)
+    rdims = sorted(d % max(rank, 1) for d in reductions[0].attrs["dims"])
+    if not 0 < len(rdims) < rank or rdims != list(range(len(rdims))):
+        return 0
+    for r in reductions:
+        if sorted(d % rank for d in r.attrs["dims"]) != rdims or not c.prove_same_shape(r.inputs[0].shape, domain.shape):
+            return 0
+    members = set(step.group.nodes)
+    full = [o for o in step.outputs if c.prove_same_numel(o.shape, domain.shape)]
+    per_element = [r.inputs[0] for r in reductions] + full
+    if any(reads(per_element, r, members) for r in reductions):
+        return 0
+    return len(rdims)
+
+
+def runtime_broadcasts(step: KernelStep, c: ShapeConstraints) -> list[tuple[DimLike, DimLike]]:
+    """(operand dim, result dim) of every broadcast the group leaves to run time: neither provably 1 nor provably equal."""
+    out: list[tuple[DimLike, DimLike]] = []
+    for n in step.group.nodes:
+        if n.op != "broadcast_in_dim":
+            continue
+        x = n.inputs[0]
+        for m, d in enumerate(n.attrs["dims"]):
+            src, dst = x.shape[m], n.shape[d]
+            if not c.prove_is_one(src) and not c.prove_equal(src, dst):
+                out.append((src, dst))
+    return out
