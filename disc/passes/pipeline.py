@@ -21,6 +21,7 @@ from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
 from disc.ir.verifier import VerificationError
 from disc.ir.verifier import verify as verify_graph
+from disc.passes.channels_last import channels_last
 from disc.passes.cse import cse
 from disc.passes.dce import dce
 from disc.passes.fold_shapes import fold_shapes
@@ -28,12 +29,15 @@ from disc.passes.remove_noops import remove_noops
 from disc.passes.rewrite import Pass
 from disc.passes.shape_propagation import shape_propagation
 from disc.passes.simplify import simplify
+from disc.passes.sink_transposes import sink_transposes
 
 PIPELINE: list[Pass] = [
     shape_propagation,  # re-infer every type with all known facts
     fold_shapes,  # static index values -> index_const; CSE index values by symbolic value
     simplify,  # exact algebraic identities, scalar constant folding
     remove_noops,  # identity broadcast/reshape/transpose/convert; compose movement chains
+    channels_last,  # 2-D convolutions on NHWC activations, between transposes
+    sink_transposes,  # transposes below pointwise ops/pooling/reductions, where pairs cancel
     cse,  # one node per (op, operands, attributes)
     dce,  # drop what no output needs
 ]

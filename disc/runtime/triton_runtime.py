@@ -155,9 +155,15 @@ class TritonRuntime:
             self.hits[(step, 0)] += 1
         out.copy_(torch.einsum(spec, a, b))
 
-    def conv(self, step: int, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int) -> None:
+    def conv(
+        self, step: int, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int, channels_last: bool = False
+    ) -> None:
+        """``conv2d`` into ``out``; with ``channels_last`` x and out are NHWC buffers, which torch
+        reads as channels-last NCHW tensors (cuDNN's preferred layout) without a copy."""
         if self.hits is not None:
             self.hits[(step, 0)] += 1
+        if channels_last:
+            x, out = x.permute(0, 3, 1, 2), out.permute(0, 3, 1, 2)
         out.copy_(torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups))
 
     @staticmethod

@@ -101,7 +101,16 @@ def same_bits(a, b) -> bool:
 
 # -- tests ---------------------------------------------------------------------------------------------
 def test_pipeline_order():
-    assert [p.name for p in PIPELINE] == ["shape_propagation", "fold_shapes", "simplify", "remove_noops", "cse", "dce"]
+    assert [p.name for p in PIPELINE] == [
+        "shape_propagation",
+        "fold_shapes",
+        "simplify",
+        "remove_noops",
+        "channels_last",
+        "sink_transposes",
+        "cse",
+        "dce",
+    ]
     assert all(isinstance(p, Pass) for p in PIPELINE)
     assert PASSES["simplify"] is PIPELINE[2]
 

@@ -203,6 +203,10 @@ def test_conv2d(ral, case):
         out = ral.conv2d(x, wt, stride, padding, dilation, groups, weight_is_constant=constant)
         assert out.shape == ref.shape
         assert rel_err(out, ref) <= 1e-4
+    # NHWC in, NHWC out (what compiled programs pass)
+    out = ral.conv2d(x.permute(0, 2, 3, 1), wt, stride, padding, dilation, groups, weight_is_constant=True, channels_last=True)
+    assert out.shape == ref.permute(0, 2, 3, 1).shape
+    assert rel_err(out, ref.permute(0, 2, 3, 1)) <= 1e-4
 
 
 def test_conv2d_constant_weight_cache(ral):

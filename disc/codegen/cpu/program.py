@@ -30,6 +30,7 @@ from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel
 from disc.codegen.cpu.ops import C_TYPES, PRELUDE
 from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, batch_parts, contiguous_strides
 from disc.ir.graph import Node
+from disc.ir.ops.nn import channels_first_axes
 from disc.ir.types import IndexType
 from disc.shape.expr import SymExpr, as_expr
 
@@ -265,16 +266,17 @@ class _ProgramEmitter:
             if v.base.shape != v.shape:
                 raise Unsupported(f"%{n.name}: convolution operand is a view")
         e = self.names.expr
-        xs, ws, os = x.shape, w.shape, n.shape
+        axes = channels_first_axes(4, a["channels_last"])  # N, C, H, W of x and of the result
+        xs, ws, os = [x.shape[i] for i in axes], w.shape, [n.shape[i] for i in axes]
         return [
-            f"  {{  // %{n.name} = convolution",
+            f"  {{  // %{n.name} = convolution" + (" (channels last)" if a["channels_last"] else ""),
             "    disc_conv2d_args c{};",
             f"    c.n = {e(xs[0])}; c.ci = {e(xs[1])}; c.h = {e(xs[2])}; c.w = {e(xs[3])};",
             f"    c.co = {e(ws[0])}; c.kh = {e(ws[2])}; c.kw = {e(ws[3])}; c.oh = {e(os[2])}; c.ow = {e(os[3])};",
             f"    c.stride[0] = {a['stride'][0]}; c.stride[1] = {a['stride'][1]};",
             f"    c.dilation[0] = {a['dilation'][0]}; c.dilation[1] = {a['dilation'][1]};",
             f"    c.pad_lo[0] = c.pad_hi[0] = {a['padding'][0]}; c.pad_lo[1] = c.pad_hi[1] = {a['padding'][1]};",
-            f"    c.groups = {a['groups']};",
+            f"    c.groups = {a['groups']}; c.channels_last = {int(a['channels_last'])};",
             f"    c.input = {self._ptr(x.base)}; c.weight = {self._ptr(w.base)}; c.output = {self._ptr(n)};",
             f"    c.weight_is_constant = {1 if self.lp.location[w.base][0] == 'const' else 0};",
             "    if (ral->conv2d(ctx, &c)) return 1;",

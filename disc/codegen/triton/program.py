@@ -255,7 +255,7 @@ class _ProgramEmitter:
 
         return [
             f"    # step {k}: %{n.name} = convolution",
-            f"    rt.conv({k}, {tensor(x.base)}, {tensor(w.base)}, {tensor(n)}, {list(a['stride'])}, {list(a['padding'])}, {list(a['dilation'])}, {a['groups']})",
+            f"    rt.conv({k}, {tensor(x.base)}, {tensor(w.base)}, {tensor(n)}, {list(a['stride'])}, {list(a['padding'])}, {list(a['dilation'])}, {a['groups']}, {bool(a['channels_last'])})",
         ]
 
     # -- shapes ---------------------------------------------------------------------------

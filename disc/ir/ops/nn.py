@@ -7,6 +7,10 @@ Conventions:
   ``[C, O/groups, *k]`` when ``transposed``. ``stride``, ``padding`` and
   ``dilation`` have one entry per spatial dim; padding is symmetric.
   ``output_padding`` is ``()`` (all zero) or one entry per spatial dim.
+  ``channels_last=true`` puts the channels of x and of the result last
+  (``[N, *spatial, C]``, NHWC for 2-D); the weight keeps its layout. The
+  frontend always emits channels first; the ``channels_last`` pass switches
+  2-D convolutions to it, the layout the CPU and GPU libraries run fastest.
 * ``reduce_window`` is pooling in XLA's reduce-window form: ``window``,
   ``strides`` and ``dilation`` have one entry per dim of x (1 for dims that
   are not pooled), ``padding`` one ``(low, high)`` pair per dim (``()`` for
@@ -109,9 +113,17 @@ def conv_output_dim(
     return (as_expr(n) + 2 * padding - reach - 1) // stride + 1
 
 
+def channels_first_axes(rank: int, channels_last: bool) -> list[int]:
+    """Axis of x (or of the result) holding N, C, then each spatial dim."""
+    return [0, rank - 1, *range(1, rank - 1)] if channels_last else list(range(rank))
+
+
 def _conv_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
     x, w = tensor(types[0], "convolution", "operand x"), tensor(types[1], "convolution", "operand w")
     ctx.check(x.rank in (3, 4, 5), f"operand x must be N, C and 1-3 spatial dims (rank 3-5), got rank {x.rank}")
+    # The rule reads x channels first; messages name x's own axes.
+    axes = channels_first_axes(x.rank, bool(attrs["channels_last"]))
+    xs = tuple(x.shape[a] for a in axes)
     if w.rank != x.rank:
         raise ShapeRuleError(f"convolution: operand w has rank {w.rank}, operand x has rank {x.rank}")
     k = x.rank - 2
@@ -130,41 +142,55 @@ def _conv_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any
                 out_pad[i] < max(stride[i], dilation[i]),
                 f"output_padding[{i}]={out_pad[i]} must be smaller than stride[{i}]={stride[i]} or dilation[{i}]={dilation[i]}",
             )
-        ctx.equal(x.shape[1], w.shape[0], "x dim 1 (input channels) must equal w dim 0")
+        ctx.equal(xs[1], w.shape[0], f"x dim {axes[1]} (input channels) must equal w dim 0")
         _divisible(ctx, w.shape[0], groups, "w dim 0 (input channels) must be divisible by groups")
         out_channels = as_expr(w.shape[1]) * groups
     else:
-        ctx.equal(x.shape[1], as_expr(w.shape[1]) * groups, f"x dim 1 (input channels) must equal w dim 1 * groups ({groups})")
+        ctx.equal(xs[1], as_expr(w.shape[1]) * groups, f"x dim {axes[1]} (input channels) must equal w dim 1 * groups ({groups})")
         _divisible(ctx, w.shape[0], groups, "w dim 0 (output channels) must be divisible by groups")
         out_channels = w.shape[0]
-    out: list[DimLike] = [x.shape[0], out_channels]
+    out: list[DimLike] = [xs[0], out_channels]
     for i in range(k):
-        n, kk = x.shape[2 + i], w.shape[2 + i]
-        require_ge(ctx, n, 1, f"x dim {2 + i} (spatial) must be >= 1")
+        n, kk = xs[2 + i], w.shape[2 + i]
+        require_ge(ctx, n, 1, f"x dim {axes[2 + i]} (spatial) must be >= 1")
         require_ge(ctx, kk, 1, f"w dim {2 + i} (kernel) must be >= 1")
         size = conv_output_dim(n, kk, stride[i], padding[i], dilation[i], transposed, out_pad[i])
         if transposed:
             require_ge(ctx, size, 1, f"output dim {2 + i} must be >= 1")
         else:
             dil_k = as_expr(kk) * dilation[i] - dilation[i] + 1
-            require_ge(ctx, as_expr(n) + 2 * padding[i], dil_k, f"padded x dim {2 + i} must be >= the dilated kernel (w dim {2 + i})")
+            require_ge(ctx, as_expr(n) + 2 * padding[i], dil_k, f"padded x dim {axes[2 + i]} must be >= the dilated kernel (w dim {2 + i})")
         out.append(size)
-    return tuple(out)
+    return (out[0], *out[2:], out[1]) if attrs["channels_last"] else tuple(out)
 
 
 @register(
     "convolution",
     "x w",
-    attrs={"stride": REQUIRED, "padding": REQUIRED, "dilation": REQUIRED, "groups": 1, "transposed": False, "output_padding": ()},
+    attrs={
+        "stride": REQUIRED,
+        "padding": REQUIRED,
+        "dilation": REQUIRED,
+        "groups": 1,
+        "transposed": False,
+        "output_padding": (),
+        "channels_last": False,
+    },
     dtype=_conv_dtype,
     shape=_conv_rule,
     category=LIBRARY,
 )
-def convolution(x: torch.Tensor, w: torch.Tensor, *, stride, padding, dilation, groups, transposed, output_padding) -> torch.Tensor:
+def convolution(
+    x: torch.Tensor, w: torch.Tensor, *, stride, padding, dilation, groups, transposed, output_padding, channels_last
+) -> torch.Tensor:
     """aten.convolution without bias (N-d, grouped, dilated, optionally transposed)."""
     k = x.dim() - 2
     out_pad = list(output_padding) if output_padding else [0] * k
-    return torch.ops.aten.convolution(x, w, None, list(stride), list(padding), list(dilation), bool(transposed), out_pad, groups)
+    if channels_last:
+        x = x.permute(channels_first_axes(x.dim(), True))
+    y = torch.ops.aten.convolution(x, w, None, list(stride), list(padding), list(dilation), bool(transposed), out_pad, groups)
+    # The result's channels go last (dims N, spatial..., C of the channels-first result).
+    return y.permute(0, *range(2, y.dim()), 1) if channels_last else y
 
 
 # -- reduce_window -------------------------------------------------------------------------------

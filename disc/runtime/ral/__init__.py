@@ -21,7 +21,7 @@ import torch
 from disc.codegen.cpu import toolchain
 from disc.errors import CompileError, RuntimeFailure
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MAX_BATCH_DIMS = 6
 RAL_DIR = Path(__file__).resolve().parent
 
@@ -59,7 +59,7 @@ class Conv2dArgs(ctypes.Structure):
         ("co", _i64), ("kh", _i64), ("kw", _i64),
         ("oh", _i64), ("ow", _i64),
         ("stride", _pair), ("dilation", _pair), ("pad_lo", _pair), ("pad_hi", _pair),
-        ("groups", _i64),
+        ("groups", _i64), ("channels_last", _i32),
         ("input", _ptr), ("weight", _ptr), ("weight_is_constant", _i32), ("output", _ptr),
     ]  # fmt: skip
 
@@ -165,24 +165,26 @@ def conv2d_args(
     groups: int = 1,
     *,
     weight_is_constant: bool = False,
+    channels_last: bool = False,
 ) -> tuple[Conv2dArgs, torch.Tensor]:
     """``disc_conv2d_args`` for ``F.conv2d(x, w)`` (no bias) and the allocated output.
 
-    ``x`` (NCHW) and ``w`` (OIHW) must be contiguous; ``padding`` is an int, (h, w) or
-    (top, bottom, left, right). Keep the tensors alive while the args are used.
+    ``x`` (NCHW, or NHWC with ``channels_last``, as is the output) and ``w`` (OIHW) must be
+    contiguous; ``padding`` is an int, (h, w) or (top, bottom, left, right). Keep the tensors
+    alive while the args are used.
     """
     _floats(x, "x")
     _floats(w, "w")
     if x.dim() != 4 or w.dim() != 4 or not x.is_contiguous() or not w.is_contiguous():
-        raise ValueError("conv2d: x must be contiguous NCHW and w contiguous OIHW")
-    n, ci, h, wd = x.shape
+        raise ValueError(f"conv2d: x must be contiguous {'NHWC' if channels_last else 'NCHW'} and w contiguous OIHW")
+    n, ci, h, wd = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if channels_last else x.shape
     co, _, kh, kw = w.shape
     (sh, sw), (dh, dw) = _pair_of(stride), _pair_of(dilation)
     pt, pb, pl, pr = _quad(padding, "padding")
     oh = max((h + pt + pb - dh * (kh - 1) - 1) // sh + 1, 0)
     ow = max((wd + pl + pr - dw * (kw - 1) - 1) // sw + 1, 0)
-    out = torch.empty(n, co, oh, ow)
-    args = Conv2dArgs(n=n, ci=ci, h=h, w=wd, co=co, kh=kh, kw=kw, oh=oh, ow=ow, groups=groups)
+    out = torch.empty(n, oh, ow, co) if channels_last else torch.empty(n, co, oh, ow)
+    args = Conv2dArgs(n=n, ci=ci, h=h, w=wd, co=co, kh=kh, kw=kw, oh=oh, ow=ow, groups=groups, channels_last=int(channels_last))
     args.stride[:] = (sh, sw)
     args.dilation[:] = (dh, dw)
     args.pad_lo[:] = (pt, pl)
@@ -226,10 +228,12 @@ class Ral:
         groups: int = 1,
         *,
         weight_is_constant: bool = False,
+        channels_last: bool = False,
     ) -> torch.Tensor:
-        """``F.conv2d(x, w)`` (no bias) through the RAL; ``padding`` may be (top, bottom, left, right)."""
+        """``F.conv2d(x, w)`` (no bias) through the RAL; ``padding`` may be (top, bottom, left, right).
+        With ``channels_last`` x and the result are NHWC."""
         x, w = x.contiguous(), w.contiguous()
-        args, out = conv2d_args(x, w, stride, padding, dilation, groups, weight_is_constant=weight_is_constant)
+        args, out = conv2d_args(x, w, stride, padding, dilation, groups, weight_is_constant=weight_is_constant, channels_last=channels_last)
         self.call_conv2d(args)
         return out
 

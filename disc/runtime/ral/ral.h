@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define DISC_RAL_ABI_VERSION 1
+#define DISC_RAL_ABI_VERSION 2
 #define DISC_MAX_BATCH_DIMS 6
 
 /* Per-call state. The host allocates it (ctypes) and reads `error` after a
@@ -46,8 +46,9 @@ typedef struct disc_gemm_args {
   float alpha, beta;
 } disc_gemm_args;
 
-/* 2-D convolution, NCHW input/output (contiguous), OIHW weight (contiguous,
- * I = ci / groups). Output extents are given (the program computed them). */
+/* 2-D convolution, NCHW input/output (contiguous; NHWC when `channels_last`),
+ * OIHW weight (contiguous, I = ci / groups). Output extents are given (the
+ * program computed them). */
 typedef struct disc_conv2d_args {
   int64_t n, ci, h, w;
   int64_t co, kh, kw;
@@ -55,6 +56,7 @@ typedef struct disc_conv2d_args {
   int64_t stride[2], dilation[2];
   int64_t pad_lo[2], pad_hi[2];
   int64_t groups;
+  int32_t channels_last; /* input and output are NHWC */
   const float* input;
   const float* weight;
   int32_t weight_is_constant; /* weights never change between calls: the RAL may cache a reordered copy */

@@ -406,7 +406,7 @@ int32_t check_conv(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
 
 // Direct convolution: parallel over (image, output channel); the innermost loop runs along an
 // output row, contiguous in the output (and in the input when the stride is 1).
-[[maybe_unused]] void builtin_conv2d(const disc_conv2d_args& x) {
+[[maybe_unused]] void builtin_conv2d_nchw(const disc_conv2d_args& x) {
   const int64_t cig = x.ci / x.groups, cog = x.co / x.groups;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < x.n; ++b) {
@@ -442,6 +442,43 @@ int32_t check_conv(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   }
 }
 
+// Channels last: parallel over output pixels; the innermost loop runs over a group's input
+// channels, contiguous in the input.
+[[maybe_unused]] void builtin_conv2d_nhwc(const disc_conv2d_args& x) {
+  const int64_t cig = x.ci / x.groups, cog = x.co / x.groups, taps = x.kh * x.kw;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < x.n; ++b) {
+    for (int64_t oy = 0; oy < x.oh; ++oy) {
+      for (int64_t ox = 0; ox < x.ow; ++ox) {
+        float* out = x.output + ((b * x.oh + oy) * x.ow + ox) * x.co;
+        for (int64_t co = 0; co < x.co; ++co) {
+          const int64_t g = co / cog;
+          float acc = 0.0f;
+          for (int64_t ky = 0; ky < x.kh; ++ky) {
+            const int64_t iy = oy * x.stride[0] - x.pad_lo[0] + ky * x.dilation[0];
+            if (iy < 0 || iy >= x.h) continue;
+            for (int64_t kx = 0; kx < x.kw; ++kx) {
+              const int64_t ix = ox * x.stride[1] - x.pad_lo[1] + kx * x.dilation[1];
+              if (ix < 0 || ix >= x.w) continue;
+              const float* in = x.input + ((b * x.h + iy) * x.w + ix) * x.ci + g * cig;
+              const float* wk = x.weight + co * cig * taps + ky * x.kw + kx;
+              for (int64_t c = 0; c < cig; ++c) acc += in[c] * wk[c * taps];
+            }
+          }
+          out[co] = acc;
+        }
+      }
+    }
+  }
+}
+
+[[maybe_unused]] void builtin_conv2d(const disc_conv2d_args& x) {
+  if (x.channels_last)
+    builtin_conv2d_nhwc(x);
+  else
+    builtin_conv2d_nchw(x);
+}
+
 #ifdef DISC_HAVE_DNNL
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
@@ -451,28 +488,31 @@ dnnl::engine& cpu_engine() {
   return eng;
 }
 
-// How src/dst are handed to the primitive: "any" (default) reorders them per call into the
-// layout oneDNN prefers (NHWC for its AVX-512 brgconv kernels, nChw8c/16c on older ISAs), "nhwc"
-// forces NHWC, "nchw" passes the plain buffers directly (oneDNN then falls back to im2col+GEMM,
-// 1.5-2x slower on ResNet-18 layers even counting the reorders). DISC_RAL_CONV_LAYOUT overrides.
-enum class ActLayout { kNchw, kAny, kNhwc };
+// How src/dst are handed to the primitive: "any" (default) lets oneDNN pick its preferred layout
+// (NHWC for its AVX-512 brgconv kernels, nChw8c/16c on older ISAs) and reorders the caller's
+// buffers per call when it differs; "nhwc" forces NHWC; "user" runs on the caller's layout as
+// given (for NCHW oneDNN then falls back to im2col+GEMM, 1.5-2x slower on ResNet-18 layers even
+// counting the reorders). DISC_RAL_CONV_LAYOUT overrides. Programs pass NHWC (`channels_last`),
+// which is what "any" picks on AVX-512, so no reorder runs there.
+enum class ActLayout { kUser, kAny, kNhwc };
 
 ActLayout act_layout() {
   static const ActLayout mode = [] {
     const char* v = std::getenv("DISC_RAL_CONV_LAYOUT");
     const std::string s = v ? v : "";
-    return s == "nchw" ? ActLayout::kNchw : s == "nhwc" ? ActLayout::kNhwc : ActLayout::kAny;
+    return s == "user" ? ActLayout::kUser : s == "nhwc" ? ActLayout::kNhwc : ActLayout::kAny;
   }();
   return mode;
 }
 
-constexpr int kConvKeyLen = 19;
+constexpr int kConvKeyLen = 20;
 using ConvKey = std::array<int64_t, kConvKeyLen>;
 
 ConvKey conv_key(const disc_conv2d_args& x) {
   return {x.n,         x.ci,          x.h,           x.w,           x.co,          x.kh,     x.kw,
           x.oh,        x.ow,          x.stride[0],   x.stride[1],   x.dilation[0], x.dilation[1],
-          x.pad_lo[0], x.pad_lo[1],   x.pad_hi[0],   x.pad_hi[1],   x.groups,      static_cast<int64_t>(act_layout())};
+          x.pad_lo[0], x.pad_lo[1],   x.pad_hi[0],   x.pad_hi[1],   x.groups,      x.channels_last,
+          static_cast<int64_t>(act_layout())};
 }
 
 template <size_t N>
@@ -519,10 +559,11 @@ std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
   const memory::dims wei_dims = x.groups == 1 ? memory::dims{x.co, x.ci, x.kh, x.kw}
                                               : memory::dims{x.groups, x.co / x.groups, x.ci / x.groups, x.kh, x.kw};
   const auto f32 = memory::data_type::f32;
-  plan->user_src = memory::desc(src_dims, f32, tag::nchw);
-  plan->user_dst = memory::desc(dst_dims, f32, tag::nchw);
+  const tag user_act = x.channels_last ? tag::nhwc : tag::nchw;
+  plan->user_src = memory::desc(src_dims, f32, user_act);
+  plan->user_dst = memory::desc(dst_dims, f32, user_act);
   plan->user_wei = memory::desc(wei_dims, f32, x.groups == 1 ? tag::oihw : tag::goihw);
-  const tag act = act_layout() == ActLayout::kNchw ? tag::nchw : act_layout() == ActLayout::kNhwc ? tag::nhwc : tag::any;
+  const tag act = act_layout() == ActLayout::kUser ? user_act : act_layout() == ActLayout::kNhwc ? tag::nhwc : tag::any;
   memory::desc src_any(src_dims, f32, act), dst_any(dst_dims, f32, act), wei_any(wei_dims, f32, tag::any);
   // oneDNN counts dilation from 0 (a dense kernel has dilation 0).
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, wei_any,

@@ -1,0 +1,148 @@
+"""Transpose sinking: move transposes below the ops that do not care about layout.
+
+A value read through ``transpose(v, P)`` by a pointwise op, a pooling window
+or a reduction can instead be computed on ``v`` directly and transposed once
+afterwards:
+
+* pointwise ``op(transpose(a, P), transpose(b, P), broadcast_in_dim(c, dims))``
+  -> ``transpose(op(a, b, broadcast_in_dim(c, P[dims])), P)``; every tensor
+  operand must be a transpose by the same ``P`` or a broadcast (whose dims are
+  renumbered, and must stay increasing);
+* ``reduce_window(transpose(v, P))`` -> ``transpose(reduce_window(v), P)``
+  with the window, strides, padding and dilation permuted alike;
+* ``reduce(transpose(v, P), dims)`` -> ``reduce(v, P[dims])``, transposed back
+  only where the kept dims come out in a different order;
+* ``transpose(transpose(v, P), Q)`` composes (to ``v`` when the perms cancel),
+  and ``reshape(transpose(v, P))`` reads ``v`` when ``P`` only moves 1-sized dims.
+
+One forward sweep suffices: operands are rewritten before their users, so a
+transpose travels down a whole chain until something it cannot cross (a
+convolution's input transpose, which it cancels, or a reshape, concat, GEMM...).
+The values computed are the same element for element; only where the
+transposes sit changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from disc.ir.graph import Graph, Node
+from disc.ir.registry import ELEMENTWISE, get_spec
+from disc.passes.remove_noops import NOOP_RULES
+from disc.passes.rewrite import New, Replacement, Rewriter, graph_pass, rebuild
+
+Perm = tuple[int, ...]
+
+
+def _inverse(perm: Perm) -> Perm:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
+def _untransposed_broadcast(rw: Rewriter, b: Node, perm: Perm) -> Node | None:
+    """``b`` (a broadcast in the transposed layout) rebuilt in the untransposed one, or None."""
+    dims = tuple(perm[d] for d in b.attrs["dims"])
+    if list(dims) != sorted(dims):
+        return None
+    sizes = b.inputs[1:]
+    inv = _inverse(perm)
+    return rw.add("broadcast_in_dim", (b.inputs[0], *(sizes[inv[j]] for j in range(len(perm)))), {"dims": dims})
+
+
+def _pointwise(rw: Rewriter, n: Node) -> Replacement | None:
+    perms = {tuple(x.attrs["perm"]) for x in n.inputs if x.op == "transpose"}
+    if len(perms) != 1:
+        return None
+    (perm,) = perms
+    if any(x.op not in ("transpose", "broadcast_in_dim") for x in n.inputs):
+        return None
+    operands: list[Node] = []
+    for x in n.inputs:
+        if x.op == "transpose":
+            operands.append(x.inputs[0])
+            continue
+        b = _untransposed_broadcast(rw, x, perm)
+        if b is None:
+            return None
+        operands.append(b)
+    inner = rw.add(n.op, operands, n.attrs)
+    return New("transpose", (inner,), {"perm": perm})
+
+
+def _permuted(values: Sequence, perm: Perm) -> tuple:
+    """Per-dim attribute of the transposed layout, renumbered for the untransposed one."""
+    if not values:
+        return tuple(values)
+    inv = _inverse(perm)
+    return tuple(values[inv[j]] for j in range(len(perm)))
+
+
+def _reduce_window(rw: Rewriter, n: Node) -> Replacement | None:
+    x = n.inputs[0]
+    if x.op != "transpose":
+        return None
+    perm = tuple(x.attrs["perm"])
+    a = n.attrs
+    attrs = {
+        **a,
+        "window": _permuted(a["window"], perm),
+        "strides": _permuted(a["strides"], perm),
+        "padding": _permuted(a["padding"], perm),
+        "dilation": _permuted(a["dilation"], perm),
+    }
+    inner = rw.add("reduce_window", (x.inputs[0],), attrs)
+    return New("transpose", (inner,), {"perm": perm})
+
+
+def _reduce(rw: Rewriter, n: Node) -> Replacement | None:
+    x = n.inputs[0]
+    if x.op != "transpose":
+        return None
+    perm = tuple(x.attrs["perm"])
+    rank = len(perm)
+    axes = {d % rank for d in n.attrs["dims"]}
+    inner = rw.add("reduce", (x.inputs[0],), {**n.attrs, "dims": tuple(sorted(perm[d] for d in axes))})
+    if n.attrs["keepdim"]:
+        return New("transpose", (inner,), {"perm": perm})
+    kept = [perm[i] for i in range(rank) if i not in axes]  # untransposed dims, in the node's order
+    order = sorted(kept)
+    rest = tuple(order.index(d) for d in kept)
+    return inner if rest == tuple(range(len(rest))) else New("transpose", (inner,), {"perm": rest})
+
+
+def moves_only_unit_dims(rw: Rewriter, t: Node) -> bool:
+    """Does ``t`` (a transpose) keep every dim that may be larger than 1 in its relative order?"""
+    src = t.inputs[0]
+    c = rw.dst.constraints
+    live = [p for p in t.attrs["perm"] if not c.prove_is_one(src.shape[p])]
+    return live == sorted(live)
+
+
+def _reshape(rw: Rewriter, n: Node) -> Replacement | None:
+    x = n.inputs[0]
+    if x.op == "transpose" and moves_only_unit_dims(rw, x):
+        return New("reshape", (x.inputs[0], *n.inputs[1:]))
+    return None
+
+
+RULES: dict[str, Callable[[Rewriter, Node], Replacement | None]] = {
+    "reduce_window": _reduce_window,
+    "reduce": _reduce,
+    "transpose": NOOP_RULES["transpose"],  # compose chains; identity -> operand
+    "reshape": _reshape,
+}
+
+
+@graph_pass("sink_transposes")
+def sink_transposes(graph: Graph) -> Graph:
+    """Push transposes below pointwise ops, pooling and reductions; cancel the pairs that meet."""
+
+    def rule(rw: Rewriter, n: Node, cand: Node) -> Replacement | None:
+        fn = RULES.get(cand.op)
+        if fn is None and get_spec(cand.op).category == ELEMENTWISE and cand.inputs:
+            fn = _pointwise
+        return fn(rw, cand) if fn is not None else None
+
+    return rebuild(graph, rule, strict=False)
