@@ -28,7 +28,7 @@ from typing import Any
 
 from disc.fusion.plan import FusionGroup, plan_fusion
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import BROADCAST, get_spec
+from disc.ir.registry import BROADCAST, get_spec, kernel_kind
 from disc.ir.types import IndexType
 from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, SymExpr, as_expr
@@ -68,7 +68,7 @@ class KernelStep:
 
 @dataclass
 class LibraryStep:
-    node: Node  # dot_general or convolution
+    node: Node  # dot_general, convolution or a convolution gradient
     operands: list[View]
     # Set when the result is written straight into the buffer of a later reshape/transpose
     # chain's end (heads merged back into rows), through these strides, instead of its own buffer.
@@ -262,7 +262,7 @@ class _Lowering:
                 continue
             if n.dtype not in NATIVE_DTYPES:
                 raise Unsupported(f"%{n.name}: dtype {n.dtype} has no native kernels yet")
-            if n.op in ("dot_general", "convolution") and n.dtype != "f32":
+            if kernel_kind(n.op, n.type) == "library" and n.dtype != "f32":
                 raise Unsupported(f"%{n.name}: {n.op} in {n.dtype}; the library path is f32 only")
         for o in self.g.outputs:
             if isinstance(o.type, IndexType):
@@ -321,7 +321,8 @@ class _Lowering:
         for grp in plan.groups:
             if grp.kind == "library":
                 node = grp.root
-                operands = [folded.get(x) or View(x, x.shape, contiguous_strides(x.shape)) for x in node.inputs]
+                tensors = [x for x in node.inputs if not isinstance(x.type, IndexType)]  # not a gradient's size operands
+                operands = [folded.get(x) or View(x, x.shape, contiguous_strides(x.shape)) for x in tensors]
                 steps.append(LibraryStep(node, operands, results.get(node)))
                 continue
             if any(n in skipped for n in grp.nodes):

@@ -166,6 +166,25 @@ class TritonRuntime:
             x, out = x.permute(0, 3, 1, 2), out.permute(0, 3, 1, 2)
         out.copy_(torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups))
 
+    def conv_backward_input(self, step: int, gy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int, channels_last: bool) -> None:
+        """dL/dx of a convolution into ``out`` (whose shape is x's; its values are not read)."""
+        self._conv_grad(step, gy, out, w, out, 0, stride, padding, dilation, groups, channels_last)
+
+    def conv_backward_weight(self, step: int, x: torch.Tensor, gy: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int, channels_last: bool) -> None:
+        """dL/dw of a convolution into ``out`` (whose shape is w's; its values are not read)."""
+        self._conv_grad(step, gy, x, out, out, 1, stride, padding, dilation, groups, channels_last)
+
+    def _conv_grad(self, step, gy, x, w, out, which: int, stride, padding, dilation, groups, channels_last) -> None:
+        if self.hits is not None:
+            self.hits[(step, 0)] += 1
+        if channels_last:  # NHWC buffers, read as channels-last NCHW tensors
+            gy, x = gy.permute(0, 3, 1, 2), x.permute(0, 3, 1, 2)
+            if which == 0:
+                out = out.permute(0, 3, 1, 2)
+        mask = [which == 0, which == 1, False]
+        grads = torch.ops.aten.convolution_backward(gy, x, w, None, stride, padding, dilation, False, [0, 0], groups, mask)
+        out.copy_(grads[which])
+
     @staticmethod
     def shape_error(message: str) -> None:
         raise ShapeError(message)

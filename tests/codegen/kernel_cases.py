@@ -131,3 +131,21 @@ class AttentionSavingForBackward(Attention):
         # the probabilities transposed (rows other than the one the softmax computes), and
         # v transposed (written by the loop that also feeds the context GEMM, which runs earlier).
         return out, normed.reshape(b * t, -1), mean, rstd, p.transpose(-1, -2), heads[2].transpose(-1, -2)
+
+# A strided, padded, grouped convolution and both its gradients (for a gy computed from y).
+CONV_GRADIENTS = """
+func @conv_gradients(%x: f32[n, 4, h, w], %k: f32[6, 2, 3, 3]) {
+  sym n in [0, inf]
+  sym h in [1, inf]
+  sym w in [1, inf]
+  %0 = dim(%x) {axis=0} : index(n)
+  %1 = dim(%x) {axis=2} : index(h)
+  %2 = dim(%x) {axis=3} : index(w)
+  %3 = index_const() {value=4} : index(4)
+  %4 = convolution(%x, %k) {channels_last=false, dilation=[1, 1], groups=2, output_padding=[], padding=[1, 1], stride=[2, 2], transposed=false} : f32[n, 6, (h + 1)//2, (w + 1)//2]
+  %5 = mul(%4, %4) : f32[n, 6, (h + 1)//2, (w + 1)//2]
+  %6 = convolution_backward_input(%5, %k, %0, %3, %1, %2) {channels_last=false, dilation=[1, 1], groups=2, padding=[1, 1], stride=[2, 2]} : f32[n, 4, h, w]
+  %7 = convolution_backward_weight(%x, %5) {channels_last=false, dilation=[1, 1], groups=2, kernel=[3, 3], padding=[1, 1], stride=[2, 2]} : f32[6, 2, 3, 3]
+  return %6, %7
+}
+"""

@@ -12,6 +12,7 @@ import threading
 import pytest
 import torch
 from kernel_cases import (
+    CONV_GRADIENTS,
     MAYBE_BROADCAST,
     Attention,
     AttentionSavingForBackward,
@@ -30,7 +31,9 @@ from torch import nn
 import disc
 from disc.codegen.cpu.program import KernelCall
 from disc.ir.parser import parse_graph
+from disc.passes.pipeline import run_pipeline
 from disc.runtime.native import NativeExecutor, build_native
+from disc.runtime.reference import ReferenceExecutor
 
 torch.manual_seed(0)
 
@@ -149,6 +152,21 @@ def test_convolution_and_pooling_through_the_library():
     for n, h, w in [(1, 8, 8), (2, 15, 17), (3, 32, 24)]:
         _check(cm, m, (torch.randn(n, 3, h, w),), tol=1e-4)
     assert "ral->conv2d(" in cm.executor.native.source.text
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_convolution_gradients_through_the_library(layout):
+    g = parse_graph(CONV_GRADIENTS)
+    if layout == "nhwc":
+        g = run_pipeline(g)  # channels_last: x and gy are read NHWC
+        assert all(n.attrs["channels_last"] for n in g.nodes if n.op.startswith("convolution"))
+    ex = NativeExecutor(g, build_native(g))
+    assert "ral->conv2d_backward_data(" in ex.native.source.text and "ral->conv2d_backward_weights(" in ex.native.source.text
+    for shape in [(2, 4, 9, 7), (1, 4, 1, 1), (3, 4, 2, 5), (0, 4, 3, 3)]:
+        args = [torch.randn(shape), torch.randn(6, 2, 3, 3)]
+        for got, want in zip(ex.run(args), ReferenceExecutor(g).run(args)):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_shape_errors_from_the_generated_checks():

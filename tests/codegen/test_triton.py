@@ -16,6 +16,7 @@ import threading
 import pytest
 import torch
 from kernel_cases import (
+    CONV_GRADIENTS,
     MAYBE_BROADCAST,
     Attention,
     AttentionSavingForBackward,
@@ -40,6 +41,7 @@ from disc.codegen.triton.program import KernelCall  # noqa: E402
 from disc.ir.graph import Graph  # noqa: E402
 from disc.ir.parser import parse_graph  # noqa: E402
 from disc.ir.types import TensorType  # noqa: E402
+from disc.passes.pipeline import run_pipeline  # noqa: E402
 from disc.runtime.reference import ReferenceExecutor  # noqa: E402
 from disc.runtime.triton_runtime import TritonExecutor, build_triton, place_slots, triton_device  # noqa: E402
 
@@ -197,6 +199,20 @@ def test_convolution_through_the_library_and_pooling_windows():
     for n, h, w in [(1, 8, 8), (2, 15, 17), (1, 1, 1)]:
         _check(cm, m, (torch.randn(n, 3, h, w),), tol=1e-4)
     assert "rt.conv(" in cm.executor.build.source.text
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_convolution_gradients_through_the_library(layout):
+    g = parse_graph(CONV_GRADIENTS)
+    if layout == "nhwc":
+        g = run_pipeline(g)  # channels_last: x and gy are read NHWC
+    ex = TritonExecutor(g, build_triton(g))
+    assert "rt.conv_backward_input(" in ex.build.source.text and "rt.conv_backward_weight(" in ex.build.source.text
+    for shape in [(2, 4, 9, 7), (1, 4, 1, 1), (0, 4, 3, 3)]:
+        args = [torch.randn(shape), torch.randn(6, 2, 3, 3)]
+        for got, want in zip(ex.run(list(_on(*args))), ReferenceExecutor(g).run(args)):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
 
 
 # -- every elementwise op of the Triton table, against the reference executor ----------------------

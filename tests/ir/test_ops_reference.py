@@ -845,6 +845,73 @@ case(
     [{"n": 1, "l": 1}, {"n": 2, "l": 6}],
 )
 
+case(
+    "convolution",
+    [("x", "f32", ("n", "h", "w", 4)), ("k", "f32", (6, 2, 3, 3))],
+    conv({"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2), "groups": 2, "channels_last": True}),
+    lambda x, k: F.conv2d(x.double().permute(0, 3, 1, 2), k.double(), None, (2, 1), (1, 0), (1, 2), 2).permute(0, 2, 3, 1).float(),
+    lambda S: T("f32", S.n, (S.h - 1) // 2 + 1, S.w - 4, 6),
+    [{"n": 1, "h": 1, "w": 5}, {"n": 2, "h": 7, "w": 9}, {"n": 0, "h": 4, "w": 6}],
+    tol=1e-4,
+)
+
+GRAD_GEOMETRY = {"stride": (2, 2), "padding": (1, 1), "dilation": (1, 1), "groups": 2}
+
+
+def _index(g: Graph, value: int) -> Node:
+    return g.add("index_const", [], {"value": value})
+
+
+# dL/dx of a stride-2 convolution: x is twice gy's size (the output-size floor allows two sizes).
+case(
+    "convolution_backward_input",
+    [("gy", "f32", ("n", 6, "oh", "ow")), ("k", "f32", (6, 2, 3, 3))],
+    lambda g, gy, k: g.add(
+        "convolution_backward_input",
+        [gy, k, dim(g, gy, 0), _index(g, 4), g.add("imul", [dim(g, gy, 2), _index(g, 2)]), g.add("imul", [dim(g, gy, 3), _index(g, 2)])],
+        GRAD_GEOMETRY,
+    ),
+    lambda gy, k: torch.nn.grad.conv2d_input((gy.shape[0], 4, 2 * gy.shape[2], 2 * gy.shape[3]), k.double(), gy.double(), 2, 1, 1, 2).float(),
+    lambda S: T("f32", S.n, 4, 2 * S.oh, 2 * S.ow),
+    [{"n": 1, "oh": 1, "ow": 1}, {"n": 2, "oh": 3, "ow": 4}, {"n": 0, "oh": 2, "ow": 2}],
+    tol=1e-4,
+)
+case(
+    "convolution_backward_input",
+    [("gy", "f32", ("n", "h", "w", 6)), ("k", "f32", (6, 3, 1, 3))],
+    lambda g, gy, k: g.add(
+        "convolution_backward_input",
+        [gy, k, dim(g, gy, 0), dim(g, gy, 1), g.add("iadd", [dim(g, gy, 2), _index(g, 4)]), _index(g, 3)],
+        {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 2), "groups": 1, "channels_last": True},
+    ),
+    lambda gy, k: torch.nn.grad.conv2d_input((gy.shape[0], 3, gy.shape[1], gy.shape[2] + 4), k.double(), gy.double().permute(0, 3, 1, 2), 1, 0, (1, 2))
+    .permute(0, 2, 3, 1)
+    .float(),
+    lambda S: T("f32", S.n, S.h, S.w + 4, 3),
+    [{"n": 1, "h": 1, "w": 1}, {"n": 2, "h": 4, "w": 3}],
+    tol=1e-4,
+)
+case(
+    "convolution_backward_weight",
+    [("x", "f32", ("n", 4, "h", "w")), ("gy", "f32", ("n", 6, "oh", "ow"))],
+    lambda g, x, gy: g.add("convolution_backward_weight", [x, gy], {**GRAD_GEOMETRY, "kernel": (3, 3)}),
+    lambda x, gy: torch.nn.grad.conv2d_weight(x.double(), (6, 2, 3, 3), gy.double(), 2, 1, 1, 2).float(),
+    lambda S: T("f32", 6, 2, 3, 3),
+    [{"n": 1, "h": 1, "w": 2, "oh": 1, "ow": 1}, {"n": 2, "h": 7, "w": 6, "oh": 4, "ow": 3}, {"n": 0, "h": 3, "w": 3, "oh": 2, "ow": 2}],
+    tol=1e-4,
+)
+case(
+    "convolution_backward_weight",
+    [("x", "f32", ("n", "h", "w", 4)), ("gy", "f32", ("n", "h", "w", 5))],
+    lambda g, x, gy: g.add(
+        "convolution_backward_weight", [x, gy], {"kernel": (1, 3), "stride": (1, 1), "padding": (0, 1), "dilation": (1, 1), "groups": 1, "channels_last": True}
+    ),
+    lambda x, gy: torch.nn.grad.conv2d_weight(x.double().permute(0, 3, 1, 2), (5, 4, 1, 3), gy.double().permute(0, 3, 1, 2), 1, (0, 1)).float(),
+    lambda S: T("f32", 5, 4, 1, 3),
+    [{"n": 1, "h": 1, "w": 1}, {"n": 2, "h": 3, "w": 5}],
+    tol=1e-4,
+)
+
 NCHW = ("n", "c", "h", "w")
 P11 = ((0, 0), (0, 0), (1, 1), (1, 1))
 

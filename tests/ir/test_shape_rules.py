@@ -374,6 +374,38 @@ ERRORS = {
         ),
         r"x dim 1 \(input channels\) must equal w dim 1 \* groups \(1\): 3 != 2",
     ),
+    "conv_channels_last": (
+        lambda g: g.add(
+            "convolution",
+            [_inp(g, "x", "f32", 1, 8, 8, 3), _inp(g, "w", "f32", 4, 2, 3, 3)],
+            {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "channels_last": True},
+        ),
+        r"x dim 3 \(input channels\) must equal w dim 1 \* groups \(1\): 3 != 2",
+    ),
+    "conv_grad_input_channels": (
+        lambda g: g.add(
+            "convolution_backward_input",
+            [_inp(g, "gy", "f32", 1, 5, 6, 6), _inp(g, "w", "f32", 4, 2, 3, 3), *[g.add("index_const", [], {"value": v}) for v in (1, 2, 8, 8)]],
+            {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)},
+        ),
+        r"gy dim 1 \(channels\) must equal w dim 0: 5 != 4",
+    ),
+    "conv_grad_input_size": (
+        lambda g: g.add(
+            "convolution_backward_input",
+            [_inp(g, "gy", "f32", 1, 4, 6, 6), _inp(g, "w", "f32", 4, 2, 3, 3), *[g.add("index_const", [], {"value": v}) for v in (1, 2, 8, 9)]],
+            {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)},
+        ),
+        r"gy spatial dim 1 must be the convolution's output size: 6 != 7",
+    ),
+    "conv_grad_weight_batch": (
+        lambda g: g.add(
+            "convolution_backward_weight",
+            [_inp(g, "x", "f32", 2, 2, 8, 8), _inp(g, "gy", "f32", 3, 4, 6, 6)],
+            {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "kernel": (3, 3)},
+        ),
+        r"gy batch must equal x batch: 3 != 2",
+    ),
     "conv_groups": (
         lambda g: g.add(
             "convolution",

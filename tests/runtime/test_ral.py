@@ -209,6 +209,31 @@ def test_conv2d(ral, case):
     assert rel_err(out, ref.permute(0, 2, 3, 1)) <= 1e-4
 
 
+@pytest.mark.parametrize("case", CONV_CASES, ids=range(len(CONV_CASES)))
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_conv2d_gradients(ral, case, channels_last):
+    n, ci, h, w, co, (kh, kw), stride, padding, dilation, groups = case
+    top, bottom, left, right = _pad4(padding)
+    if (top, left) != (bottom, right):
+        pytest.skip("autograd's reference needs symmetric padding")
+    x = torch.randn(n, ci, h, w, dtype=torch.float64, requires_grad=True)
+    wt = torch.randn(co, ci // groups, kh, kw, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(x, wt, None, stride, (top, left), dilation, groups)
+    gy = torch.randn_like(y)
+    y.backward(gy)
+    to_nhwc = (lambda t: t.permute(0, 2, 3, 1)) if channels_last else (lambda t: t)
+    gx, gw = ral.conv2d_gradients(to_nhwc(x.detach().float()), wt.detach().float(), to_nhwc(gy.float()), stride, padding, dilation, groups, channels_last=channels_last)
+    assert rel_err(gx, to_nhwc(x.grad)) <= 1e-4
+    assert rel_err(gw, wt.grad) <= 1e-4
+
+
+def test_conv2d_gradients_of_empty_problems(ral):
+    gx, gw = ral.conv2d_gradients(torch.randn(0, 3, 5, 5), torch.randn(4, 3, 3, 3), torch.randn(0, 4, 3, 3))
+    assert gx.shape == (0, 3, 5, 5) and gw.shape == (4, 3, 3, 3) and not gw.any()
+    with pytest.raises(ValueError, match="gy has shape"):
+        ral.conv2d_gradients(torch.randn(1, 3, 5, 5), torch.randn(4, 3, 3, 3), torch.randn(1, 4, 5, 5))
+
+
 def test_conv2d_constant_weight_cache(ral):
     x, wt = torch.randn(2, 16, 10, 10), torch.randn(32, 16, 3, 3)
     before = ral.cache_entries()["packed_weights"]

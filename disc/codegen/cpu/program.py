@@ -34,6 +34,9 @@ from disc.ir.ops.nn import channels_first_axes
 from disc.ir.types import IndexType
 from disc.shape.expr import SymExpr, as_expr
 
+# The RAL routine of each convolution op (all take a disc_conv2d_args).
+CONV_CALLS = {"convolution": "conv2d", "convolution_backward_input": "conv2d_backward_data", "convolution_backward_weight": "conv2d_backward_weights"}
+
 
 @dataclass
 class KernelCall:
@@ -206,7 +209,7 @@ class _ProgramEmitter:
         n = step.node
         if n.op == "dot_general":
             return self._gemm(step)
-        if n.op == "convolution":
+        if n.op in CONV_CALLS:
             return self._conv(step)
         raise Unsupported(f"no library call for {n.op}")
 
@@ -258,28 +261,31 @@ class _ProgramEmitter:
 
     def _conv(self, step: LibraryStep) -> list[str]:
         n = step.node
-        x, w = step.operands
         a = n.attrs
-        if a["transposed"] or len(n.shape) != 4:
-            raise Unsupported(f"%{n.name}: only 2-D, non-transposed convolution has a library call")
-        for v in (x, w):
+        if a.get("transposed") or len(n.shape) != 4:
+            raise Unsupported(f"%{n.name}: only 2-D, non-transposed convolutions and their gradients have library calls")
+        for v in step.operands:
             if v.base.shape != v.shape:
                 raise Unsupported(f"%{n.name}: convolution operand is a view")
+        # The arguments describe the forward problem (x, w -> y); a gradient call writes x or w.
+        first, second = (v.base for v in step.operands)
+        x, w, y = {"convolution": (first, second, n), "convolution_backward_input": (n, second, first)}.get(n.op, (first, n, second))
         e = self.names.expr
-        axes = channels_first_axes(4, a["channels_last"])  # N, C, H, W of x and of the result
-        xs, ws, os = [x.shape[i] for i in axes], w.shape, [n.shape[i] for i in axes]
+        axes = channels_first_axes(4, a["channels_last"])  # N, C, H, W of x and of y
+        xs, ws, ys = [x.shape[i] for i in axes], w.shape, [y.shape[i] for i in axes]
+        constant = n.op == "convolution" and self.lp.location[w][0] == "const"
         return [
-            f"  {{  // %{n.name} = convolution" + (" (channels last)" if a["channels_last"] else ""),
+            f"  {{  // %{n.name} = {n.op}" + (" (channels last)" if a["channels_last"] else ""),
             "    disc_conv2d_args c{};",
             f"    c.n = {e(xs[0])}; c.ci = {e(xs[1])}; c.h = {e(xs[2])}; c.w = {e(xs[3])};",
-            f"    c.co = {e(ws[0])}; c.kh = {e(ws[2])}; c.kw = {e(ws[3])}; c.oh = {e(os[2])}; c.ow = {e(os[3])};",
+            f"    c.co = {e(ws[0])}; c.kh = {e(ws[2])}; c.kw = {e(ws[3])}; c.oh = {e(ys[2])}; c.ow = {e(ys[3])};",
             f"    c.stride[0] = {a['stride'][0]}; c.stride[1] = {a['stride'][1]};",
             f"    c.dilation[0] = {a['dilation'][0]}; c.dilation[1] = {a['dilation'][1]};",
             f"    c.pad_lo[0] = c.pad_hi[0] = {a['padding'][0]}; c.pad_lo[1] = c.pad_hi[1] = {a['padding'][1]};",
             f"    c.groups = {a['groups']}; c.channels_last = {int(a['channels_last'])};",
-            f"    c.input = {self._ptr(x.base)}; c.weight = {self._ptr(w.base)}; c.output = {self._ptr(n)};",
-            f"    c.weight_is_constant = {1 if self.lp.location[w.base][0] == 'const' else 0};",
-            "    if (ral->conv2d(ctx, &c)) return 1;",
+            f"    c.input = {self._ptr(x)}; c.weight = {self._ptr(w)}; c.output = {self._ptr(y)};",
+            f"    c.weight_is_constant = {int(constant)};",
+            f"    if (ral->{CONV_CALLS[n.op]}(ctx, &c)) return 1;",
             "  }",
         ]
 

@@ -28,6 +28,9 @@ from disc.ir.graph import Node
 from disc.ir.types import IndexType
 from disc.shape.expr import FloorDiv, SymExpr, as_expr
 
+# The TritonRuntime method of each convolution op: (step, two operands, result, geometry).
+TORCH_CONV_CALLS = {"convolution": "conv", "convolution_backward_input": "conv_backward_input", "convolution_backward_weight": "conv_backward_weight"}
+
 TORCH_DTYPES = {"f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64", "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8", "i1": "torch.bool"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -187,7 +190,7 @@ class _ProgramEmitter:
         n = step.node
         if n.op == "dot_general":
             return self._gemm(k, step)
-        if n.op == "convolution":
+        if n.op in TORCH_CONV_CALLS:
             return self._conv(k, step)
         raise Unsupported(f"no library call for {n.op}")
 
@@ -241,11 +244,10 @@ class _ProgramEmitter:
 
     def _conv(self, k: int, step: LibraryStep) -> list[str]:
         n = step.node
-        x, w = step.operands
         a = n.attrs
-        if a["transposed"]:
+        if a.get("transposed"):
             raise Unsupported(f"%{n.name}: transposed convolution has no library call")
-        for v in (x, w):
+        for v in step.operands:
             if v.base.shape != v.shape:
                 raise Unsupported(f"%{n.name}: convolution operand is a view")
         e = self.names.expr
@@ -253,9 +255,11 @@ class _ProgramEmitter:
         def tensor(v: Node) -> str:
             return f"{self._buf(v)}.view([{', '.join(e(d) for d in v.shape)}])"
 
+        first, second = (tensor(v.base) for v in step.operands)
+        geometry = f"{list(a['stride'])}, {list(a['padding'])}, {list(a['dilation'])}, {a['groups']}, {bool(a['channels_last'])}"
         return [
-            f"    # step {k}: %{n.name} = convolution",
-            f"    rt.conv({k}, {tensor(x.base)}, {tensor(w.base)}, {tensor(n)}, {list(a['stride'])}, {list(a['padding'])}, {list(a['dilation'])}, {a['groups']}, {bool(a['channels_last'])})",
+            f"    # step {k}: %{n.name} = {n.op}",
+            f"    rt.{TORCH_CONV_CALLS[n.op]}({k}, {first}, {second}, {tensor(n)}, {geometry})",
         ]
 
     # -- shapes ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from disc.frontends.torch.lowering import (
     scalar,
 )
 from disc.ir.graph import Node
+from disc.shape.expr import as_expr
 
 
 # -- reductions ----------------------------------------------------------------------------
@@ -195,6 +196,28 @@ def _convolution(ctx: Importer, fx_node, x: Node, w: Node, bias: Any, stride, pa
     if bias is None:
         return out
     return ctx.graph.add("add", (out, _channel(ctx, bias, out)))
+
+
+@lower(aten.convolution_backward.default)
+def _convolution_backward(
+    ctx: Importer, fx_node, gy: Node, x: Node, w: Node, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+) -> list[Any]:
+    """(dL/dx, dL/dw, dL/dbias), each only where ``output_mask`` asks: the first two are
+    library calls, the bias gradient a sum of gy over all but the channel dim."""
+    if transposed:
+        raise LoweringError("the backward of a transposed convolution")
+    kernel = [as_expr(d) for d in w.tensor_type.shape[2:]]
+    if not all(k.is_const for k in kernel):
+        raise LoweringError("a convolution backward with a dynamic kernel size")
+    geometry = {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": int(groups)}
+    out: list[Any] = [None, None, None]
+    if output_mask[0]:
+        out[0] = ctx.graph.add("convolution_backward_input", (gy, w, *ctx.sizes(x.tensor_type.shape)), geometry)
+    if output_mask[1]:
+        out[1] = ctx.graph.add("convolution_backward_weight", (x, gy), {**geometry, "kernel": tuple(int(k.const_value) for k in kernel)})
+    if output_mask[2]:
+        out[2] = reduce(ctx, gy, [0, *range(2, gy.tensor_type.rank)], "sum", False)
+    return out
 
 
 def _window_attrs(rank: int, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]) -> dict:

@@ -11,6 +11,11 @@ Conventions:
   (``[N, *spatial, C]``, NHWC for 2-D); the weight keeps its layout. The
   frontend always emits channels first; the ``channels_last`` pass switches
   2-D convolutions to it, the layout the CPU and GPU libraries run fastest.
+* ``convolution_backward_input(gy, w, *sizes)`` and
+  ``convolution_backward_weight(x, gy)`` are the two gradients of a
+  (non-transposed) convolution with the same geometry attributes: dL/dx of the
+  given ``sizes`` (x's shape: the forward's output size floors, so x's size
+  cannot be recovered from gy's) and dL/dw with kernel extents ``kernel``.
 * ``reduce_window`` is pooling in XLA's reduce-window form: ``window``,
   ``strides`` and ``dilation`` have one entry per dim of x (1 for dims that
   are not pooled), ``padding`` one ``(low, high)`` pair per dim (``()`` for
@@ -40,6 +45,7 @@ from disc.ir.registry import (
     ShapeContext,
     ShapeRuleError,
     fixed_dtype,
+    index_value,
     normalize_axis,
     register,
     tensor,
@@ -191,6 +197,89 @@ def convolution(
     y = torch.ops.aten.convolution(x, w, None, list(stride), list(padding), list(dilation), bool(transposed), out_pad, groups)
     # The result's channels go last (dims N, spatial..., C of the channels-first result).
     return y.permute(0, *range(2, y.dim()), 1) if channels_last else y
+
+
+# -- convolution gradients -------------------------------------------------------------------
+def _geometry(ctx: ShapeContext, attrs: Mapping[str, Any], k: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+    stride = _ints(ctx, "stride", attrs["stride"], k, 1)
+    padding = _ints(ctx, "padding", attrs["padding"], k, 0)
+    dilation = _ints(ctx, "dilation", attrs["dilation"], k, 1)
+    groups = attrs["groups"]
+    ctx.check(isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1, f"groups must be an int >= 1, got {groups!r}")
+    return stride, padding, dilation, groups
+
+
+def _check_forward(ctx: ShapeContext, xs, ys, kernel, attrs: Mapping[str, Any], names: tuple[str, str]) -> None:
+    """``ys`` (channels first) must be the convolution's output over ``xs`` with this kernel."""
+    x_name, y_name = names
+    stride, padding, dilation, groups = _geometry(ctx, attrs, len(xs) - 2)
+    ctx.equal(ys[0], xs[0], f"{y_name} batch must equal {x_name} batch")
+    _divisible(ctx, xs[1], groups, f"{x_name} channels must be divisible by groups")
+    _divisible(ctx, ys[1], groups, f"{y_name} channels must be divisible by groups")
+    for i in range(len(xs) - 2):
+        require_ge(ctx, xs[2 + i], 1, f"{x_name} spatial dim {i} must be >= 1")
+        want = conv_output_dim(xs[2 + i], kernel[i], stride[i], padding[i], dilation[i])
+        ctx.equal(ys[2 + i], want, f"{y_name} spatial dim {i} must be the convolution's output size")
+
+
+def _grad_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
+    a, b = tensor(types[0], "convolution gradient"), tensor(types[1], "convolution gradient")
+    if a.dtype != b.dtype or a.dtype not in FLOAT_DTYPES:
+        raise ShapeRuleError(f"convolution gradient: operands must share a floating-point dtype, got {a.dtype} and {b.dtype}")
+    return a.dtype
+
+
+def _grad_input_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    gy, w = tensor(types[0], ctx.op, "operand gy"), tensor(types[1], ctx.op, "operand w")
+    sizes = tuple(index_value(t, ctx.op) for t in types[2:])
+    ctx.check(gy.rank in (3, 4, 5) and w.rank == gy.rank and len(sizes) == gy.rank, "gy, w and the sizes must all have rank 3-5")
+    axes = channels_first_axes(gy.rank, bool(attrs["channels_last"]))
+    xs, ys = [sizes[a] for a in axes], [gy.shape[a] for a in axes]
+    groups = _geometry(ctx, attrs, gy.rank - 2)[3]
+    ctx.equal(ys[1], w.shape[0], f"gy dim {axes[1]} (channels) must equal w dim 0")
+    ctx.equal(xs[1], as_expr(w.shape[1]) * groups, f"size {axes[1]} (input channels) must equal w dim 1 * groups ({groups})")
+    _check_forward(ctx, xs, ys, w.shape[2:], attrs, ("x", "gy"))
+    return sizes
+
+
+_GRAD_ATTRS = {"stride": REQUIRED, "padding": REQUIRED, "dilation": REQUIRED, "groups": 1, "channels_last": False}
+
+
+@register("convolution_backward_input", "gy w *sizes", attrs=_GRAD_ATTRS, dtype=_grad_dtype, shape=_grad_input_rule, category=LIBRARY)
+def convolution_backward_input(gy: torch.Tensor, w: torch.Tensor, *sizes: int, stride, padding, dilation, groups, channels_last) -> torch.Tensor:
+    """dL/dx of ``convolution(x, w)`` for an x of shape ``sizes``, from dL/dy = ``gy``."""
+    rank = gy.dim()
+    axes = channels_first_axes(rank, bool(channels_last))
+    gy = gy.permute(axes)
+    x = gy.new_empty([sizes[a] for a in axes])  # only its shape is read
+    gx = torch.ops.aten.convolution_backward(
+        gy, x, w, None, list(stride), list(padding), list(dilation), False, [0] * (rank - 2), groups, [True, False, False]
+    )[0]
+    return gx.permute(0, *range(2, rank), 1) if channels_last else gx
+
+
+def _grad_weight_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    x, gy = tensor(types[0], ctx.op, "operand x"), tensor(types[1], ctx.op, "operand gy")
+    ctx.check(x.rank in (3, 4, 5) and gy.rank == x.rank, "x and gy must have the same rank, 3-5")
+    kernel = _ints(ctx, "kernel", attrs["kernel"], x.rank - 2, 1)
+    axes = channels_first_axes(x.rank, bool(attrs["channels_last"]))
+    xs, ys = [x.shape[a] for a in axes], [gy.shape[a] for a in axes]
+    _check_forward(ctx, xs, ys, kernel, attrs, ("x", "gy"))
+    return (ys[1], as_expr(xs[1]) // attrs["groups"], *kernel)
+
+
+@register(
+    "convolution_backward_weight", "x gy", attrs={**_GRAD_ATTRS, "kernel": REQUIRED}, dtype=_grad_dtype, shape=_grad_weight_rule, category=LIBRARY
+)
+def convolution_backward_weight(x: torch.Tensor, gy: torch.Tensor, *, kernel, stride, padding, dilation, groups, channels_last) -> torch.Tensor:
+    """dL/dw of ``convolution(x, w)`` (w of kernel extents ``kernel``), from dL/dy = ``gy``."""
+    rank = x.dim()
+    axes = channels_first_axes(rank, bool(channels_last))
+    x, gy = x.permute(axes), gy.permute(axes)
+    w = x.new_empty([gy.shape[1], x.shape[1] // groups, *kernel])  # only its shape is read
+    return torch.ops.aten.convolution_backward(
+        gy, x, w, None, list(stride), list(padding), list(dilation), False, [0] * (rank - 2), groups, [False, True, False]
+    )[1]
 
 
 # -- reduce_window -------------------------------------------------------------------------------

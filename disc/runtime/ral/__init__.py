@@ -83,6 +83,8 @@ class RalTable(ctypes.Structure):
         ("free", FreeFn),
         ("gemm", GemmFn),
         ("conv2d", Conv2dFn),
+        ("conv2d_backward_data", Conv2dFn),
+        ("conv2d_backward_weights", Conv2dFn),
     ]
 
 
@@ -236,6 +238,32 @@ class Ral:
         args, out = conv2d_args(x, w, stride, padding, dilation, groups, weight_is_constant=weight_is_constant, channels_last=channels_last)
         self.call_conv2d(args)
         return out
+
+    def conv2d_gradients(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        gy: torch.Tensor,
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        *,
+        channels_last: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dL/dx, dL/dw) of ``F.conv2d(x, w)`` for dL/dy = ``gy``, through the RAL's two gradient routines."""
+        x, w, gy = x.contiguous(), w.contiguous(), gy.contiguous()
+        args, y = conv2d_args(x, w, stride, padding, dilation, groups, channels_last=channels_last)
+        if y.shape != gy.shape:
+            raise ValueError(f"conv2d_gradients: gy has shape {tuple(gy.shape)}, the convolution's output {tuple(y.shape)}")
+        gx, gw = torch.empty_like(x), torch.empty_like(w)
+        args.output = gy.data_ptr() or None
+        for name, target in (("conv2d_backward_data", "input"), ("conv2d_backward_weights", "weight")):
+            args.input, args.weight = x.data_ptr() or None, w.data_ptr() or None
+            setattr(args, target, (gx if target == "input" else gw).data_ptr() or None)
+            ctx = Ctx()
+            _raise_if_failed(getattr(self.functions, name)(ctypes.byref(ctx), ctypes.byref(args)), ctx, name)
+        return gx, gw
 
     def cache_entries(self) -> dict[str, int]:
         """Sizes of the RAL's caches: convolution plans and reordered constant weights."""

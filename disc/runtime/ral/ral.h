@@ -74,6 +74,11 @@ typedef struct disc_ral {
   /* Return 0 on success; on failure they call `error` and return nonzero. */
   int32_t (*gemm)(disc_ral_ctx* ctx, const disc_gemm_args* args);
   int32_t (*conv2d)(disc_ral_ctx* ctx, const disc_conv2d_args* args);
+  /* The gradients of conv2d, described by the forward problem's args: backward_data writes
+   * dL/dx into `input` from dL/dy in `output` and `weight`; backward_weights writes dL/dw
+   * into `weight` from `input` and dL/dy in `output`. weight_is_constant is not read. */
+  int32_t (*conv2d_backward_data)(disc_ral_ctx* ctx, const disc_conv2d_args* args);
+  int32_t (*conv2d_backward_weights)(disc_ral_ctx* ctx, const disc_conv2d_args* args);
 } disc_ral;
 
 /* Exported by the RAL library: the table for this process. */

@@ -479,6 +479,77 @@ int32_t check_conv(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
     builtin_conv2d_nchw(x);
 }
 
+// Element offsets of x and y (NCHW, or NHWC with channels_last) and of w (OIHW).
+struct ConvIndex {
+  const disc_conv2d_args& a;
+  int64_t x(int64_t b, int64_t c, int64_t i, int64_t j) const {
+    return a.channels_last ? ((b * a.h + i) * a.w + j) * a.ci + c : ((b * a.ci + c) * a.h + i) * a.w + j;
+  }
+  int64_t y(int64_t b, int64_t c, int64_t i, int64_t j) const {
+    return a.channels_last ? ((b * a.oh + i) * a.ow + j) * a.co + c : ((b * a.co + c) * a.oh + i) * a.ow + j;
+  }
+  int64_t w(int64_t o, int64_t c, int64_t i, int64_t j) const { return ((o * (a.ci / a.groups) + c) * a.kh + i) * a.kw + j; }
+};
+
+// dL/dx: each input element gathers from the outputs whose window covers it (no write races).
+[[maybe_unused]] void builtin_conv2d_backward_data(const disc_conv2d_args& a) {
+  const ConvIndex at{a};
+  const int64_t cig = a.ci / a.groups, cog = a.co / a.groups;
+  float* gx = const_cast<float*>(a.input);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < a.n; ++b) {
+    for (int64_t c = 0; c < a.ci; ++c) {
+      const int64_t g = c / cig;
+      for (int64_t i = 0; i < a.h; ++i) {
+        for (int64_t j = 0; j < a.w; ++j) {
+          float acc = 0.0f;
+          for (int64_t ky = 0; ky < a.kh; ++ky) {
+            const int64_t ty = i + a.pad_lo[0] - ky * a.dilation[0];
+            if (ty < 0 || ty % a.stride[0] != 0 || ty / a.stride[0] >= a.oh) continue;
+            for (int64_t kx = 0; kx < a.kw; ++kx) {
+              const int64_t tx = j + a.pad_lo[1] - kx * a.dilation[1];
+              if (tx < 0 || tx % a.stride[1] != 0 || tx / a.stride[1] >= a.ow) continue;
+              for (int64_t o = g * cog; o < (g + 1) * cog; ++o)
+                acc += a.output[at.y(b, o, ty / a.stride[0], tx / a.stride[1])] * a.weight[at.w(o, c - g * cig, ky, kx)];
+            }
+          }
+          gx[at.x(b, c, i, j)] = acc;
+        }
+      }
+    }
+  }
+}
+
+// dL/dw: each weight sums over the batch and the output positions (no write races).
+[[maybe_unused]] void builtin_conv2d_backward_weights(const disc_conv2d_args& a) {
+  const ConvIndex at{a};
+  const int64_t cig = a.ci / a.groups, cog = a.co / a.groups;
+  float* gw = const_cast<float*>(a.weight);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t o = 0; o < a.co; ++o) {
+    for (int64_t c = 0; c < cig; ++c) {
+      const int64_t ic = (o / cog) * cig + c;
+      for (int64_t ky = 0; ky < a.kh; ++ky) {
+        for (int64_t kx = 0; kx < a.kw; ++kx) {
+          double acc = 0.0;  // long sums over batch x positions
+          for (int64_t b = 0; b < a.n; ++b) {
+            for (int64_t oy = 0; oy < a.oh; ++oy) {
+              const int64_t iy = oy * a.stride[0] - a.pad_lo[0] + ky * a.dilation[0];
+              if (iy < 0 || iy >= a.h) continue;
+              for (int64_t ox = 0; ox < a.ow; ++ox) {
+                const int64_t ix = ox * a.stride[1] - a.pad_lo[1] + kx * a.dilation[1];
+                if (ix < 0 || ix >= a.w) continue;
+                acc += static_cast<double>(a.output[at.y(b, o, oy, ox)]) * a.input[at.x(b, ic, iy, ix)];
+              }
+            }
+          }
+          gw[at.w(o, c, ky, kx)] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+}
+
 #ifdef DISC_HAVE_DNNL
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
@@ -736,6 +807,110 @@ int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   s.wait();
   return 0;
 }
+
+// The two gradients. Their plans are built like the forward's (layouts "any", reorders to and
+// from the caller's buffers where oneDNN wants another layout), from a forward_training hint.
+enum class ConvGrad : int64_t { kData = 1, kWeights = 2 };
+using GradKey = std::array<int64_t, kConvKeyLen + 1>;
+
+struct GradPlan {
+  struct Operand {
+    memory::desc user, own;
+    int arg = 0;
+    bool written = false, reorder = false;
+    Reorder convert;  // user -> own for a read operand, own -> user for the written one
+  };
+  dnnl::primitive prim;
+  size_t scratch = 0;
+  std::array<Operand, 3> operands;  // src (x), weights, dst (y), each as read or written
+};
+
+std::shared_ptr<const GradPlan> make_grad_plan(const disc_conv2d_args& x, ConvGrad which) {
+  const memory::dims src_dims{x.n, x.ci, x.h, x.w}, dst_dims{x.n, x.co, x.oh, x.ow};
+  const memory::dims wei_dims = x.groups == 1 ? memory::dims{x.co, x.ci, x.kh, x.kw}
+                                              : memory::dims{x.groups, x.co / x.groups, x.ci / x.groups, x.kh, x.kw};
+  const auto f32 = memory::data_type::f32;
+  const tag user_act = x.channels_last ? tag::nhwc : tag::nchw;
+  const tag act = act_layout() == ActLayout::kUser ? user_act : act_layout() == ActLayout::kNhwc ? tag::nhwc : tag::any;
+  const memory::desc user_src(src_dims, f32, user_act), user_dst(dst_dims, f32, user_act),
+      user_wei(wei_dims, f32, x.groups == 1 ? tag::oihw : tag::goihw);
+  const memory::desc src_any(src_dims, f32, act), dst_any(dst_dims, f32, act), wei_any(wei_dims, f32, tag::any);
+  const memory::dims strides{x.stride[0], x.stride[1]}, dil{x.dilation[0] - 1, x.dilation[1] - 1};
+  const memory::dims pad_l{x.pad_lo[0], x.pad_lo[1]}, pad_r{x.pad_hi[0], x.pad_hi[1]};
+  const auto algo = dnnl::algorithm::convolution_direct;
+  dnnl::convolution_forward::primitive_desc hint(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r),
+      cpu_engine());
+  auto plan = std::make_shared<GradPlan>();
+  auto& [src, wei, dst] = plan->operands;
+  if (which == ConvGrad::kData) {
+    dnnl::convolution_backward_data::primitive_desc pd(
+        dnnl::convolution_backward_data::desc(algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r), user_scratchpad(), cpu_engine(), hint);
+    plan->prim = dnnl::convolution_backward_data(pd);
+    plan->scratch = pd.scratchpad_desc().get_size();
+    src = {user_src, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC, true};
+    wei = {user_wei, pd.weights_desc(), DNNL_ARG_WEIGHTS, false};
+    dst = {user_dst, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false};
+  } else {
+    dnnl::convolution_backward_weights::primitive_desc pd(
+        dnnl::convolution_backward_weights::desc(algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r), user_scratchpad(), cpu_engine(),
+        hint);
+    plan->prim = dnnl::convolution_backward_weights(pd);
+    plan->scratch = pd.scratchpad_desc().get_size();
+    src = {user_src, pd.src_desc(), DNNL_ARG_SRC, false};
+    wei = {user_wei, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS, true};
+    dst = {user_dst, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false};
+  }
+  for (auto& op : plan->operands) {
+    op.reorder = op.own != op.user;
+    if (op.reorder) op.convert = op.written ? Reorder(op.own, op.user) : Reorder(op.user, op.own);
+  }
+  return plan;
+}
+
+SharedCache<GradKey, GradPlan, ArrayHash<kConvKeyLen + 1>>& grad_plan_cache() {
+  static auto* cache = new SharedCache<GradKey, GradPlan, ArrayHash<kConvKeyLen + 1>>();  // never destroyed
+  return *cache;
+}
+
+int32_t dnnl_conv2d_grad(disc_ral_ctx* ctx, const disc_conv2d_args& x, ConvGrad which) {
+  const ConvKey base = conv_key(x);
+  GradKey key;
+  std::copy(base.begin(), base.end(), key.begin());
+  key[kConvKeyLen] = static_cast<int64_t>(which);
+  std::shared_ptr<const GradPlan> plan = grad_plan_cache().find(key);
+  if (!plan) plan = grad_plan_cache().insert(key, make_grad_plan(x, which), kMaxPlans);
+  dnnl::engine& eng = cpu_engine();
+  dnnl::stream s(eng);
+
+  size_t scratch_bytes = plan->scratch;
+  for (const auto& op : plan->operands) scratch_bytes = std::max(scratch_bytes, op.convert.scratch);
+  Scratch scratch(ctx, static_cast<int64_t>(scratch_bytes));
+  if (scratch_bytes > 0 && scratch.ptr == nullptr) return 1;
+  void* user_ptr[3] = {const_cast<float*>(x.input), const_cast<float*>(x.weight), x.output};
+  std::array<std::unique_ptr<Scratch>, 3> tmp;
+  std::unordered_map<int, memory> args;
+  std::array<memory, 3> user, own;
+  for (int i = 0; i < 3; ++i) {
+    const auto& op = plan->operands[i];
+    user[i] = memory(op.user, eng, user_ptr[i]);
+    own[i] = user[i];
+    if (op.reorder) {
+      tmp[i] = std::make_unique<Scratch>(ctx, static_cast<int64_t>(op.own.get_size()));
+      if (tmp[i]->ptr == nullptr) return 1;
+      own[i] = memory(op.own, eng, tmp[i]->ptr);
+      if (!op.written) run(op.convert.prim, s, {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, own[i]}}, op.convert.scratch, scratch.ptr);
+    }
+    args.emplace(op.arg, own[i]);
+  }
+  run(plan->prim, s, args, plan->scratch, scratch.ptr);
+  for (int i = 0; i < 3; ++i) {
+    const auto& op = plan->operands[i];
+    if (op.written && op.reorder) run(op.convert.prim, s, {{DNNL_ARG_FROM, own[i]}, {DNNL_ARG_TO, user[i]}}, op.convert.scratch, scratch.ptr);
+  }
+  s.wait();
+  return 0;
+}
 #endif
 
 int32_t ral_conv2d_impl(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
@@ -767,6 +942,54 @@ int32_t ral_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
   }
 }
 
+int32_t ral_conv2d_grad_impl(disc_ral_ctx* ctx, const disc_conv2d_args* args, bool weights) {
+  const char* what = weights ? "conv2d_backward_weights" : "conv2d_backward_data";
+  if (args == nullptr) return fail(ctx, "%s: null args", what);
+  const disc_conv2d_args& x = *args;
+  if (check_conv(ctx, x) != 0) return 1;
+  const int64_t written = weights ? x.co * (x.ci / x.groups) * x.kh * x.kw : x.n * x.ci * x.h * x.w;
+  if (written == 0) return 0;
+  const int64_t sizes[3] = {x.n * x.ci * x.h * x.w, x.co * (x.ci / x.groups) * x.kh * x.kw, x.n * x.co * x.oh * x.ow};
+  const void* ptrs[3] = {x.input, x.weight, x.output};
+  for (int i = 0; i < 3; ++i)
+    if (ptrs[i] == nullptr && sizes[i] > 0) return fail(ctx, "%s: null operand", what);
+  float* out = const_cast<float*>(weights ? x.weight : x.input);
+  // Nothing flows back through an empty output (or an empty kernel / channel group): zeros.
+  if (x.n == 0 || x.co == 0 || x.oh == 0 || x.ow == 0 || x.ci == 0 || x.kh == 0 || x.kw == 0) {
+    std::fill(out, out + written, 0.0f);
+    return 0;
+  }
+#ifdef DISC_HAVE_DNNL
+  return dnnl_conv2d_grad(ctx, x, weights ? ConvGrad::kWeights : ConvGrad::kData);
+#else
+  if (weights)
+    builtin_conv2d_backward_weights(x);
+  else
+    builtin_conv2d_backward_data(x);
+  return 0;
+#endif
+}
+
+int32_t ral_conv2d_backward_data(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
+  try {
+    return ral_conv2d_grad_impl(ctx, args, false);
+  } catch (const std::exception& e) {
+    return fail(ctx, "conv2d_backward_data: %s", e.what());
+  } catch (...) {
+    return fail(ctx, "conv2d_backward_data: unknown exception");
+  }
+}
+
+int32_t ral_conv2d_backward_weights(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
+  try {
+    return ral_conv2d_grad_impl(ctx, args, true);
+  } catch (const std::exception& e) {
+    return fail(ctx, "conv2d_backward_weights: %s", e.what());
+  } catch (...) {
+    return fail(ctx, "conv2d_backward_weights: unknown exception");
+  }
+}
+
 const char* library_name() {
 #ifdef DISC_HAVE_DNNL
   static const std::string name = [] {
@@ -792,6 +1015,8 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
 }
 
 extern "C" __attribute__((visibility("default"))) const disc_ral* disc_ral_cpu(void) {
-  static const disc_ral table = {DISC_RAL_ABI_VERSION, library_name(), ral_error, ral_alloc, ral_free, ral_gemm, ral_conv2d};
+  static const disc_ral table = {DISC_RAL_ABI_VERSION, library_name(), ral_error,         ral_alloc,
+                                   ral_free,             ral_gemm,       ral_conv2d,        ral_conv2d_backward_data,
+                                   ral_conv2d_backward_weights};
   return &table;
 }
