@@ -172,6 +172,11 @@ def compile(
 
     if not isinstance(model, torch.nn.Module):
         raise CompileError(f"disc.compile expects a torch.nn.Module, got {type(model).__name__}")
+    if dynamic is not None and not isinstance(dynamic, Mapping):
+        raise CompileError(
+            f"disc.compile: dynamic must map input names to {{axis: dim name}}, e.g. {{'x': {{0: 'batch', 1: 'seq'}}}}; got {dynamic!r}. "
+            "(dynamic=True is torch.compile's flag: torch.compile(model, backend='disc', dynamic=True) makes every dim dynamic.)"
+        )
     start = time.perf_counter()
     ranges, facts = _split_constraints(constraints)
     captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
