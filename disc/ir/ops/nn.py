@@ -119,6 +119,15 @@ def conv_output_dim(
     return (as_expr(n) + 2 * padding - reach - 1) // stride + 1
 
 
+def _geometry(ctx: ShapeContext, attrs: Mapping[str, Any], k: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+    stride = _ints(ctx, "stride", attrs["stride"], k, 1)
+    padding = _ints(ctx, "padding", attrs["padding"], k, 0)
+    dilation = _ints(ctx, "dilation", attrs["dilation"], k, 1)
+    groups = attrs["groups"]
+    ctx.check(isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1, f"groups must be an int >= 1, got {groups!r}")
+    return stride, padding, dilation, groups
+
+
 def channels_first_axes(rank: int, channels_last: bool) -> list[int]:
     """Axis of x (or of the result) holding N, C, then each spatial dim."""
     return [0, rank - 1, *range(1, rank - 1)] if channels_last else list(range(rank))
@@ -133,13 +142,9 @@ def _conv_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any
     if w.rank != x.rank:
         raise ShapeRuleError(f"convolution: operand w has rank {w.rank}, operand x has rank {x.rank}")
     k = x.rank - 2
-    stride = _ints(ctx, "stride", attrs["stride"], k, 1)
-    padding = _ints(ctx, "padding", attrs["padding"], k, 0)
-    dilation = _ints(ctx, "dilation", attrs["dilation"], k, 1)
+    stride, padding, dilation, groups = _geometry(ctx, attrs, k)
     out_pad = attrs["output_padding"]
     out_pad = _ints(ctx, "output_padding", out_pad, k, 0) if out_pad != () else (0,) * k
-    groups = attrs["groups"]
-    ctx.check(isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1, f"groups must be an int >= 1, got {groups!r}")
     transposed = bool(attrs["transposed"])
     ctx.check(transposed or not any(out_pad), "output_padding needs transposed=true")
     if transposed:
@@ -200,15 +205,6 @@ def convolution(
 
 
 # -- convolution gradients -------------------------------------------------------------------
-def _geometry(ctx: ShapeContext, attrs: Mapping[str, Any], k: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
-    stride = _ints(ctx, "stride", attrs["stride"], k, 1)
-    padding = _ints(ctx, "padding", attrs["padding"], k, 0)
-    dilation = _ints(ctx, "dilation", attrs["dilation"], k, 1)
-    groups = attrs["groups"]
-    ctx.check(isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1, f"groups must be an int >= 1, got {groups!r}")
-    return stride, padding, dilation, groups
-
-
 def _check_forward(ctx: ShapeContext, xs, ys, kernel, attrs: Mapping[str, Any], names: tuple[str, str]) -> None:
     """``ys`` (channels first) must be the convolution's output over ``xs`` with this kernel."""
     x_name, y_name = names
