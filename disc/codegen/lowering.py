@@ -143,6 +143,20 @@ def resolve_outputs(specs: list[tuple[str, object]], buffers: Sequence[Any], inp
     return [one(spec) for spec in specs]
 
 
+def distinct_kernels(calls: Sequence[Any]) -> list[tuple[Any, int]]:
+    """Each distinct generated kernel among a program's calls (those with a ``kernel``), in first-use
+    order, with how many calls launch it: what both explain pages list."""
+    first: dict[str, Any] = {}
+    uses: dict[str, int] = {}
+    for call in calls:
+        kernel = getattr(call, "kernel", None)
+        if kernel is None:
+            continue
+        first.setdefault(kernel.name, call)
+        uses[kernel.name] = uses.get(kernel.name, 0) + 1
+    return [(call, uses[name]) for name, call in first.items()]
+
+
 def contiguous_strides(shape: tuple[DimLike, ...]) -> tuple[SymExpr, ...]:
     strides: list[SymExpr] = []
     acc = SymExpr.const(1)

@@ -270,3 +270,18 @@ def test_run_writes_into_caller_buffers_and_names_a_wrong_one():
         ex.run([x], out=[torch.empty(4, 24)])
     with pytest.raises(ValueError, match="not contiguous"):
         ex.run([x], out=[torch.empty(24, 5).t()])
+
+
+def test_explain_lists_each_distinct_kernel_once_with_its_uses():
+    import re
+
+    from disc.models import MODELS
+
+    e = MODELS["bert"]
+    cm = disc.compile(e.factory().eval(), e.inputs(e.export_shape), dynamic=e.dynamic)
+    text = disc.explain(cm)
+    listed = re.findall(r"^  (\w+) x(\d+): \[", text, flags=re.M)
+    names = [n for n, _ in listed]
+    assert len(names) == len(set(names)) == len(cm.executor.native.source.kernels)
+    assert sum(int(u) for _, u in listed) == cm.executor.native.lowered.counts()["memory_bound"]
+    assert any(int(u) > 1 for _, u in listed)  # identical layers share their kernels

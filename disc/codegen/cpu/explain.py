@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from disc.codegen.cpu.program import KernelCall
+from disc.codegen.lowering import distinct_kernels
 
 
 def describe_native(native: Any) -> list[str]:
@@ -22,12 +22,7 @@ def describe_native(native: Any) -> list[str]:
         "",
         "-- kernels (speculation versions; the first whose condition holds runs) --",
     ]
-    seen = set()
-    for call in src.calls:
-        if not isinstance(call, KernelCall) or call.kernel.name in seen:
-            continue
-        seen.add(call.kernel.name)
-        uses = sum(1 for c in src.calls if isinstance(c, KernelCall) and c.kernel.name == call.kernel.name)
+    for call, uses in distinct_kernels(src.calls):
         ops = ", ".join(n.op for n in call.step.group.nodes)
         lines.append(f"  {call.kernel.name} x{uses}: [{ops}]")
         if len(call.kernel.versions) > 1:
