@@ -9,7 +9,9 @@ afterwards:
   operand must be a transpose by the same ``P`` or a broadcast (whose dims are
   renumbered, and must stay increasing);
 * ``reduce_window(transpose(v, P))`` -> ``transpose(reduce_window(v), P)``
-  with the window, strides, padding and dilation permuted alike;
+  with the window, strides, padding and dilation permuted alike (an argmax's
+  ``index_dims`` renumbered too, only where they stay increasing: its
+  positions are flat in dim order);
 * ``reduce(transpose(v, P), dims)`` -> ``reduce(v, P[dims])``, transposed back
   only where the kept dims come out in a different order;
 * ``transpose(transpose(v, P), Q)`` composes (to ``v`` when the perms cancel),
@@ -85,8 +87,12 @@ def _reduce_window(rw: Rewriter, n: Node) -> Replacement | None:
         return None
     perm = tuple(x.attrs["perm"])
     a = n.attrs
+    index_dims = tuple(perm[d] for d in a["index_dims"])
+    if list(index_dims) != sorted(index_dims):
+        return None  # argmax positions are flat in dim order, which this transpose changes
     attrs = {
         **a,
+        "index_dims": index_dims,
         "window": _permuted(a["window"], perm),
         "strides": _permuted(a["strides"], perm),
         "padding": _permuted(a["padding"], perm),

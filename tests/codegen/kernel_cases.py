@@ -18,6 +18,10 @@ def check_against_eager(cm, model: nn.Module, args: tuple, tol: float = 1e-5) ->
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
         g = g.to(w.device)
         if w.is_floating_point():
+            assert torch.equal(w.isnan(), g.isnan()) and torch.equal(w.isinf(), g.isinf()) and torch.equal(w[w.isinf()], g[g.isinf()])
+            w, g = w[w.isfinite()], g[w.isfinite()]
+            if not w.numel():
+                continue
             scale = w.abs().max().clamp_min(1e-6)
             assert ((w - g).abs().max() / scale).item() <= tol, (w - g).abs().max()
         else:
@@ -101,6 +105,34 @@ class ConvPool(nn.Module):
         return self.c2(y).mean((2, 3))
 
 
+class PoolWithIndices(nn.Module):
+    """Training's max-pool: values, indices and the backward that scatters through them.
+
+    With ``conv``, the pool reads a ReLU'd convolution (NHWC after the layout
+    passes, many equal zeros); without, the raw input (give it ties and NaNs).
+    """
+
+    def __init__(self, conv: bool) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1) if conv else None
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x)) if self.conv is not None else x
+        values, indices = nn.functional.max_pool2d(y, 3, stride=2, padding=1, return_indices=True)
+        gy = values * 2.0 + 1.0
+        gx = torch.ops.aten.max_pool2d_with_indices_backward(gy, y, [3, 3], [2, 2], [1, 1], [1, 1], False, indices)
+        return values, indices, gx
+
+
+def ties_and_nans(*shape: int) -> torch.Tensor:
+    """Small integers (so windows hold equal maxima), -inf, and NaNs in a few places."""
+    x = torch.randint(-2, 3, shape).float()
+    x[x == -2] = -float("inf")
+    flat = x.view(-1)
+    flat[:: max(1, flat.numel() // 3)] = float("nan")
+    return x
+
+
 MAYBE_BROADCAST = """
 func @maybe_broadcast(%x: f32[a, n], %y: f32[c, n]) {
   sym a in [0, inf]
@@ -131,6 +163,29 @@ class AttentionSavingForBackward(Attention):
         # the probabilities transposed (rows other than the one the softmax computes), and
         # v transposed (written by the loop that also feeds the context GEMM, which runs earlier).
         return out, normed.reshape(b * t, -1), mean, rstd, p.transpose(-1, -2), heads[2].transpose(-1, -2)
+
+# BatchNorm's backward in miniature: a per-channel mean kept as [1, c, 1, 1], then a
+# second-level sum over the same dims without keepdim. One kernel; each output is read
+# at its own reduction's row index.
+MIXED_KEEPDIM_SUMS = """
+func @mixed_keepdim_sums(%x: f32[n, c, h, w]) {
+  sym n in [0, inf]
+  sym c in [0, inf]
+  sym h in [0, inf]
+  sym w in [0, inf]
+  %0 = dim(%x) {axis=0} : index(n)
+  %1 = dim(%x) {axis=1} : index(c)
+  %2 = dim(%x) {axis=2} : index(h)
+  %3 = dim(%x) {axis=3} : index(w)
+  %4 = reduce(%x) {dims=[0, 2, 3], keepdim=true, kind="sum"} : f32[1, c, 1, 1]
+  %5 = broadcast_in_dim(%4, %0, %1, %2, %3) {dims=[0, 1, 2, 3]} : f32[n, c, h, w]
+  %6 = sub(%x, %5) : f32[n, c, h, w]
+  %7 = mul(%6, %x) : f32[n, c, h, w]
+  %8 = reduce(%7) {dims=[0, 2, 3], keepdim=false, kind="sum"} : f32[c]
+  %9 = mul(%8, %8) : f32[c]
+  return %4, %9
+}
+"""
 
 # A strided, padded, grouped convolution and both its gradients (for a gy computed from y).
 CONV_GRADIENTS = """

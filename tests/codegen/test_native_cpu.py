@@ -14,6 +14,7 @@ import torch
 from kernel_cases import (
     CONV_GRADIENTS,
     MAYBE_BROADCAST,
+    MIXED_KEEPDIM_SUMS,
     Attention,
     AttentionSavingForBackward,
     BiasGelu,
@@ -285,3 +286,14 @@ def test_explain_lists_each_distinct_kernel_once_with_its_uses():
     assert len(names) == len(set(names)) == len(cm.executor.native.source.kernels)
     assert sum(int(u) for _, u in listed) == cm.executor.native.lowered.counts()["memory_bound"]
     assert any(int(u) > 1 for _, u in listed)  # identical layers share their kernels
+
+
+def test_sums_with_and_without_keepdim_in_one_kernel():
+    g = parse_graph(MIXED_KEEPDIM_SUMS)
+    ex = NativeExecutor(g, build_native(g))
+    for shape in [(3, 5, 2, 3), (1, 4, 1, 1), (2, 1, 5, 1)]:
+        x = torch.randn(shape)
+        got = ex.run([x])
+        want = ReferenceExecutor(g).run([x])
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from kernel_cases import PoolWithIndices, check_against_eager, ties_and_nans
 from torch import nn
 
 import disc
@@ -80,3 +81,14 @@ def test_pooling_interior_loop_has_no_padding_checks() -> None:
     for p in columns:  # column positions are used as they are: not clamped, not masked
         assert not re.search(rf"std::min<int64_t>\({p}\b|\({p} >= 0\)", interior), p
     assert interior.count(" ? ") == 9  # rows are still masked (the row index may be in the padding)
+
+
+@pytest.mark.parametrize("conv", [False, True], ids=["raw", "after_conv"])
+def test_max_pool_indices_and_backward_match_eager(conv: bool) -> None:
+    """Indices follow torch's rule (first of equal maxima, last NaN) and the backward scatters through them."""
+    model = PoolWithIndices(conv).eval()
+    cm = disc.compile(model, (torch.randn(2, 3, 9, 10),), dynamic={"x": {0: "n", 2: "h", 3: "w"}}, backend="native")
+    assert not cm.report.fallbacks and isinstance(cm.executor, NativeExecutor)
+    for shape in [(1, 3, 1, 1), (2, 3, 7, 8), (1, 3, 9, 37), (3, 3, 4, 2)]:
+        x = torch.randn(*shape) if conv else ties_and_nans(*shape)
+        check_against_eager(cm, model, (x,))

@@ -18,6 +18,7 @@ import torch
 from kernel_cases import (
     CONV_GRADIENTS,
     MAYBE_BROADCAST,
+    MIXED_KEEPDIM_SUMS,
     Attention,
     AttentionSavingForBackward,
     BiasGelu,
@@ -27,8 +28,10 @@ from kernel_cases import (
     MaskedSoftmax,
     Movement,
     Norms,
+    PoolWithIndices,
     RowSum,
     check_against_eager,
+    ties_and_nans,
 )
 from torch import nn
 
@@ -199,6 +202,16 @@ def test_convolution_through_the_library_and_pooling_windows():
     for n, h, w in [(1, 8, 8), (2, 15, 17), (1, 1, 1)]:
         _check(cm, m, (torch.randn(n, 3, h, w),), tol=1e-4)
     assert "rt.conv(" in cm.executor.build.source.text
+
+
+@pytest.mark.parametrize("conv", [False, True], ids=["raw", "after_conv"])
+def test_max_pool_indices_and_backward(conv):
+    """Indices by torch's rule (first of equal maxima, last NaN); the backward scatters through them."""
+    m = PoolWithIndices(conv)
+    cm = _compile(m, (torch.randn(2, 3, 9, 10),), {"x": {0: "n", 2: "h", 3: "w"}})
+    assert not cm.report.fallbacks
+    for shape in [(1, 3, 1, 1), (2, 3, 7, 8), (1, 3, 9, 13)]:
+        _check(cm, m, (torch.randn(*shape) if conv else ties_and_nans(*shape),))
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -380,3 +393,14 @@ def test_bert_trains_with_forward_and_backward_on_the_triton_backend(monkeypatch
     assert [r.backend.name for r in reports] == ["triton-interpreter", "triton-interpreter"], [(r.name, r.backend.reason) for r in reports]
     backward = reports[1].backend.triton.source.text
     assert "tl.atomic_add(" in backward  # the embedding gradient's scatter kernel
+
+
+def test_sums_with_and_without_keepdim_in_one_kernel():
+    g = parse_graph(MIXED_KEEPDIM_SUMS)
+    ex = TritonExecutor(g, build_triton(g))
+    for shape in [(3, 5, 2, 3), (1, 4, 1, 1), (2, 1, 5, 1)]:
+        x = torch.randn(shape).to(DEVICE)
+        got = ex.run([x])
+        want = ReferenceExecutor(g).run([x])
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

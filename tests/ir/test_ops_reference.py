@@ -916,9 +916,9 @@ NCHW = ("n", "c", "h", "w")
 P11 = ((0, 0), (0, 0), (1, 1), (1, 1))
 
 
-def rw(kind, window, strides, padding=(), dilation=(), ceil_mode=False):
+def rw(kind, window, strides, padding=(), dilation=(), ceil_mode=False, index_dims=()):
     attrs = {"kind": kind, "window": window, "strides": strides, "padding": padding, "dilation": dilation, "ceil_mode": ceil_mode}
-    return lambda g, x: g.add("reduce_window", [x], attrs)
+    return lambda g, x: g.add("reduce_window", [x], {**attrs, "index_dims": index_dims})
 
 
 case(
@@ -985,6 +985,31 @@ case(
     rw("max", (1, 1, 2, 3), (1, 1, 1, 2), ((0, 0), (0, 0), (1, 0), (1, 1))),
     lambda x: F.max_pool2d(F.pad(x.double(), (1, 1, 1, 0), value=-math.inf), (2, 3), (1, 2)).to(torch.int32),
     lambda S: T("i32", S.n, S.c, S.h, (S.w - 1) // 2 + 1),
+    [{"n": 1, "c": 1, "h": 1, "w": 1}, {"n": 2, "c": 2, "h": 4, "w": 5}],
+)
+
+case(
+    "reduce_window",
+    [("x", "f32", NCHW)],
+    rw("argmax", (1, 1, 3, 3), (1, 1, 2, 2), P11, index_dims=(2, 3)),
+    lambda x: F.max_pool2d_with_indices(x, 3, 2, 1)[1],
+    lambda S: T("i64", S.n, S.c, (S.h - 1) // 2 + 1, (S.w - 1) // 2 + 1),
+    [{"n": 1, "c": 1, "h": 1, "w": 1}, {"n": 2, "c": 3, "h": 7, "w": 8}, {"n": 0, "c": 2, "h": 5, "w": 4}],
+)
+case(
+    "reduce_window",
+    [("x", "f32", ("n", "h", "w", "c"))],
+    rw("argmax", (1, 2, 3, 1), (1, 3, 1, 1), dilation=(1, 2, 1, 1), ceil_mode=True, index_dims=(1, 2)),
+    lambda x: F.max_pool2d_with_indices(x.permute(0, 3, 1, 2), (2, 3), (3, 1), 0, (2, 1), ceil_mode=True)[1].permute(0, 2, 3, 1),
+    lambda S: T("i64", S.n, (S.h + 2) // 3, S.w - 2, S.c),
+    [{"n": 1, "h": 3, "w": 3, "c": 1}, {"n": 2, "h": 8, "w": 5, "c": 3}, {"n": 1, "h": 4, "w": 4, "c": 2}],
+)
+case(
+    "reduce_window",
+    [("x", "i32", NCHW)],
+    rw("argmax", (1, 1, 1, 3), (1, 1, 1, 2), ((0, 0), (0, 0), (0, 0), (1, 1)), index_dims=(2, 3)),
+    lambda x: F.max_pool2d_with_indices(x.double(), (1, 3), (1, 2), (0, 1))[1],
+    lambda S: T("i64", S.n, S.c, S.h, (S.w - 1) // 2 + 1),
     [{"n": 1, "c": 1, "h": 1, "w": 1}, {"n": 2, "c": 2, "h": 4, "w": 5}],
 )
 

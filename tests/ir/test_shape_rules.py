@@ -486,6 +486,30 @@ ERRORS = {
         lambda g: g.add("reduce_window", [_inp(g, "x", "i1", 4)], {"kind": "sum", "window": (2,), "strides": (2,)}),
         r"kind sum needs a numeric operand",
     ),
+    "argmax_no_index_dims": (
+        lambda g: g.add("reduce_window", [_inp(g, "x", "f32", 4)], {"kind": "argmax", "window": (2,), "strides": (2,)}),
+        r"kind argmax needs index_dims",
+    ),
+    "argmax_index_dims_order": (
+        lambda g: g.add(
+            "reduce_window", [_inp(g, "x", "f32", 4, 4)], {"kind": "argmax", "window": (2, 2), "strides": (2, 2), "index_dims": (1, 0)}
+        ),
+        r"index_dims \(1, 0\) must be increasing",
+    ),
+    "argmax_pooled_dim_missing": (
+        lambda g: g.add(
+            "reduce_window", [_inp(g, "x", "f32", 4, 4)], {"kind": "argmax", "window": (2, 2), "strides": (1, 1), "index_dims": (1,)}
+        ),
+        r"must include every pooled dim; missing \[0\]",
+    ),
+    "argmax_index_dim_range": (
+        lambda g: g.add("reduce_window", [_inp(g, "x", "f32", 4)], {"kind": "argmax", "window": (2,), "strides": (2,), "index_dims": (1,)}),
+        r"index_dims\[0\] 1 is not a dim of x \(rank 1\)",
+    ),
+    "index_dims_on_max": (
+        lambda g: g.add("reduce_window", [_inp(g, "x", "f32", 4)], {"window": (2,), "strides": (2,), "index_dims": (0,)}),
+        r"index_dims \(0,\) is only for kind argmax",
+    ),
 }
 
 

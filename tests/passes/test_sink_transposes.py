@@ -65,7 +65,7 @@ def test_sinks_through_pointwise_pooling_and_reductions():
           %17 = add(%16, %b) : f32[n, h, w, 8]
           %18 = relu(%17) : f32[n, h, w, 8]
           %9 = transpose(%18) {perm=[0, 3, 1, 2]} : f32[n, 8, h, w]
-          %19 = reduce_window(%18) {ceil_mode=false, dilation=[], kind="max", padding=[[0, 0], [1, 1], [0, 0], [0, 0]], strides=[1, 2, 1, 1], window=[1, 3, 1, 1]} : f32[n, (h + 1)//2, w, 8]
+          %19 = reduce_window(%18) {ceil_mode=false, dilation=[], index_dims=[], kind="max", padding=[[0, 0], [1, 1], [0, 0], [0, 0]], strides=[1, 2, 1, 1], window=[1, 3, 1, 1]} : f32[n, (h + 1)//2, w, 8]
           %20 = reduce(%18) {dims=[1, 2], keepdim=false, kind="sum"} : f32[n, 8]
           %21 = reduce(%18) {dims=[0], keepdim=false, kind="max"} : f32[h, w, 8]
           %13 = transpose(%21) {perm=[2, 0, 1]} : f32[8, h, w]
@@ -125,3 +125,44 @@ def test_reshape_reads_through_a_transpose_of_unit_dims():
         }
         """,
     )
+
+
+POOL_INDICES = """
+func @main(%a: f32[n, h, w, 4]) {
+  sym n in [0, inf]  (input 'a' dim 0)
+  sym h in [1, inf]  (input 'a' dim 1)
+  sym w in [1, inf]  (input 'a' dim 2)
+  %0 = transpose(%a) {perm=[0, 3, 1, 2]} : f32[n, 4, h, w]
+  %1 = reduce_window(%0) {ceil_mode=false, dilation=[], index_dims=[2, 3], kind="argmax", padding=[[0, 0], [0, 0], [1, 1], [1, 1]], strides=[1, 1, 2, 2], window=[1, 1, 3, 3]} : i64[n, 4, (h + 1)//2, (w + 1)//2]
+  %2 = transpose(%a) {perm=[0, 3, 2, 1]} : f32[n, 4, w, h]
+  %3 = reduce_window(%2) {ceil_mode=false, dilation=[], index_dims=[2, 3], kind="argmax", padding=[], strides=[1, 1, 2, 1], window=[1, 1, 2, 1]} : i64[n, 4, w//2, h]
+  return %1, %3
+}
+"""
+
+
+def test_pool_indices_sink_only_where_their_dims_keep_order():
+    check_golden(
+        sink_then_dce,
+        POOL_INDICES,
+        # NCHW -> NHWC keeps H before W, so the flat H x W positions are the same
+        # numbers: the window moves to dims 1, 2 with index_dims renumbered. The
+        # second transpose swaps H and W; its positions (w * h_size + h) have no
+        # untransposed spelling, so it stays.
+        """
+        func @main(%a: f32[n, h, w, 4]) {
+          sym n in [0, inf]  (input 'a' dim 0)
+          sym h in [1, inf]  (input 'a' dim 1)
+          sym w in [1, inf]  (input 'a' dim 2)
+          %4 = reduce_window(%a) {ceil_mode=false, dilation=[], index_dims=[1, 2], kind="argmax", padding=[[0, 0], [1, 1], [1, 1], [0, 0]], strides=[1, 2, 2, 1], window=[1, 3, 3, 1]} : i64[n, (h + 1)//2, (w + 1)//2, 4]
+          %1 = transpose(%4) {perm=[0, 3, 1, 2]} : i64[n, 4, (h + 1)//2, (w + 1)//2]
+          %2 = transpose(%a) {perm=[0, 3, 2, 1]} : f32[n, 4, w, h]
+          %3 = reduce_window(%2) {ceil_mode=false, dilation=[], index_dims=[2, 3], kind="argmax", padding=[], strides=[1, 1, 2, 1], window=[1, 1, 2, 1]} : i64[n, 4, w//2, h]
+          return %1, %3
+        }
+        """,
+    )
+    g = parse_graph(textwrap.dedent(POOL_INDICES).strip())
+    x = torch.randint(0, 3, (2, 5, 7, 4)).float()  # many equal maxima: the first must win in both forms
+    for got, want in zip(ReferenceExecutor(sink_then_dce(g)).run([x]), ReferenceExecutor(g).run([x])):
+        assert torch.equal(got, want)

@@ -358,15 +358,20 @@ class _Emitter:
     def _op_reduce_window(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
         kind = n.attrs["kind"]
-        if kind not in ("max", "sum"):
-            raise Unsupported(f"reduce_window kind {kind}")
         rank = len(n.shape)
         window, strides, dilation, padding = _window_attrs(n)
         out = self.dims_of(idx)
-        t = C_TYPES[n.dtype]
+        t = C_TYPES[x.dtype]
         acc = self.fresh("w")
-        init = _reduce_init(kind, n.dtype)
+        init = _reduce_init("max" if kind == "argmax" else kind, x.dtype)
         self.w(f"{t} {acc} = {init};")
+        if kind == "argmax":
+            # Max-pool's index rule, branch-free: the first in-bounds element is taken,
+            # then any larger one or any NaN (so equal maxima keep the first, NaNs the last).
+            at = self.fresh("a")
+            self.w(f"int64_t {at} = -1;")
+            nan = " | ({v} != {v})" if x.dtype in ("f32", "f64") else ""
+            step = f"const bool {{take}} = {{valid}} & (({{v}} > {acc}){nan} | ({at} < 0)); {acc} = {{take}} ? {{v}} : {acc}; {at} = {{take}} ? {{flat}} : {at}"
         # Positions in the padding are masked, not branched around: the load reads a
         # clamped (always valid) position and a select drops it. In the interior of
         # the innermost dim (see _window_split) neither is needed and loads are affine
@@ -388,10 +393,12 @@ class _Emitter:
         self.scopes.append({})
         for combo in itertools.product(*(offsets[d] for d in windowed)):
             local, conds = list(out), []
+            unclamped = list(out)
             for d, k in zip(windowed, combo):
                 lo = padding[d][0]
                 shift = f"{k * dilation[d] - lo}" if isinstance(k, int) else f"{k} * {dilation[d]} - {lo}"
                 pos = self.let("int64_t", f"{out[d]} * {strides[d]} + {shift}", "p")
+                unclamped[d] = pos
                 if d == rank - 1 and self.window_interior:
                     local[d] = pos
                     continue
@@ -399,6 +406,13 @@ class _Emitter:
                 conds.append(f"({pos} >= 0) & ({pos} < {size})")
                 local[d] = self.let("int64_t", f"std::max<int64_t>(std::min<int64_t>({pos}, {size} - 1), 0)", "c")
             v = self.value(x, self._operand_idx(x, local))
+            if kind == "argmax":
+                flat = ""
+                for d in n.attrs["index_dims"]:
+                    flat = f"({flat}) * {self.dim(x.shape[d])} + {unclamped[d]}" if flat else unclamped[d]
+                take = self.fresh("t")
+                self.w(step.format(take=take, valid=" & ".join(conds) or "true", v=v, flat=flat) + ";")
+                continue
             if conds:  # `&`, not `&&`: a branch-free mask keeps the loop vectorisable
                 v = self.let(t, f"({' & '.join(conds)}) ? {v} : {t}({init})")
             self.w(REDUCE_STEP[kind].format(acc=acc, x=v) + ";")
@@ -406,7 +420,7 @@ class _Emitter:
         for _ in range(opened):
             self.w.depth -= 1
             self.w("}")
-        return acc
+        return at if kind == "argmax" else acc
 
     def _op_reduce(self, n: Node, idx: Idx) -> str:
         if n not in self.accs:
@@ -671,10 +685,12 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
             em.w(f"if ({flag}) {pending[r][0]} = std::numeric_limits<{t_of[r]}>::quiet_NaN();")
     for i, o in enumerate(step.outputs):
         if o in row_outputs:
-            r = reductions[0]
             source = output_source(o, em.members)  # a reshaped row value (a bias gradient [1, n] -> [n])
-            if not em.c.prove_same_shape(source.shape, r.shape):
-                raise Unsupported(f"output %{o.name} {o.type} is neither the row space {r.type} nor the reduced space")
+            # Reductions of one group share their rows but may differ in keepdim: index
+            # the row by a reduction of the source's own shape.
+            r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
+            if r is None:
+                raise Unsupported(f"output %{o.name} {o.type} is neither a row space {reductions[0].type} nor the reduced space")
             at = Idx(em.shape(source), row_of[r])
             v = em.value(source, at)
             em.w(f"out{i}[{em.linear_of(at)}] = {v};")
@@ -905,6 +921,7 @@ def _schedule_condition(schedule: str, rows: str, cols: str) -> str | None:
     return _conj(f"{_atomic(rows)} < disc_threads()", long_rows)
 
 
+
 def _conj(*conds: str) -> str:
     parts = [c for c in conds if c and c != "true"]
     return " && ".join(f"({c})" if "||" in c else c for c in parts) or "true"
@@ -917,4 +934,3 @@ def _no_broadcast_conditions(step: KernelStep, names: SymbolNames) -> set[str]:
 def _params(step: KernelStep) -> list[Node]:
     seen = set(step.outputs)
     return list(step.outputs) + [n for n in step.inputs if n not in seen]
-

@@ -388,8 +388,6 @@ class _Emitter:
     def _op_reduce_window(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
         kind = n.attrs["kind"]
-        if kind not in ("max", "sum"):
-            raise Unsupported(f"reduce_window kind {kind}")
         rank = len(n.shape)
         window, strides = n.attrs["window"], n.attrs["strides"]
         dilation = n.attrs["dilation"] or (1,) * rank
@@ -401,8 +399,8 @@ class _Emitter:
         if len(positions) > WINDOW_UNROLL_MAX:
             raise Unsupported(f"reduce_window of {len(positions)} positions (at most {WINDOW_UNROLL_MAX} are unrolled)")
         out = self.dims_of(idx)
-        init = reduce_init(kind, n.dtype)
-        acc = None
+        init = reduce_init("max" if kind == "argmax" else kind, x.dtype)
+        acc = at = None
         for combo in positions:
             local, conds = list(out), []
             for d, k in zip(windowed, combo):
@@ -414,10 +412,31 @@ class _Emitter:
             self.push(self.let(f"{self.masks[-1]} & {inside}", "m") if inside else None)
             v = self.value(x, self._operand_idx(x, local))
             self.pop()
+            if kind == "argmax":
+                acc, at = self._argmax_step(n, local, v, inside, acc, at)
+                continue
             if inside:
                 v = self.let(f"tl.where({inside}, {v}, {init})")
             acc = v if acc is None else self.let(f"disc_max({acc}, {v})" if kind == "max" else f"{acc} + {v}", "w")
+        if kind == "argmax":
+            return at
         return acc or init
+
+    def _argmax_step(self, n: Node, local: list[str], v: str, inside: str | None, best: str | None, at: str | None) -> tuple[str, str]:
+        """One window position of max-pool's index rule: take the first in-bounds element, then any larger one or NaN."""
+        x = n.inputs[0]
+        flat = ""
+        for d in n.attrs["index_dims"]:
+            flat = f"({flat}) * {self.dim(x.shape[d])} + {local[d]}" if flat else local[d]
+        if best is None:  # the first position: taken wherever it is in bounds
+            if inside is None:
+                return v, self.let(f"{flat} + tl.zeros_like({v}).to(tl.int64)", "a")
+            init = reduce_init("max", x.dtype)
+            return self.let(f"tl.where({inside}, {v}, {init})", "w"), self.let(f"tl.where({inside}, {flat}, -1)", "a")
+        nan = f" | ({v} != {v})" if x.dtype in ("f16", "bf16", "f32", "f64") else ""
+        better = f"({v} > {best}){nan} | ({at} < 0)"
+        take = self.let(f"({inside}) & ({better})" if inside else better, "t")
+        return self.let(f"tl.where({take}, {v}, {best})", "w"), self.let(f"tl.where({take}, {flat}, {at})", "a")
 
     def _op_reduce(self, n: Node, idx: Idx) -> str:
         if n not in self.accs:
@@ -601,17 +620,20 @@ def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tu
     return em, rows, cols
 
 
-SCATTER_BLOCK = 128  # kept elements (after the axis) one program owns in a scatter
+SCATTER_BLOCK = 128  # lanes (positions off the scatter axis) one program owns
 
 
 def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
-    """``scatter_add``: a program owns one outer index and a block of inner elements of the output.
+    """``scatter_add``: each lane owns one position of the dims other than the axis.
 
-    It copies ``x`` into its part of the output, then walks the index along the
-    axis in order, adding each source element at the row its index names. No
-    two programs touch the same output element, so the sums are in a fixed
+    A lane copies ``x`` along the axis at its position, then walks the index
+    along the axis in order, adding each source element at the row its index
+    names. Lanes never share an output element, so the sums are in a fixed
     order (reproducible); the adds are atomic only so that a repeated row is
-    read back after its previous add. An index outside the output adds nothing.
+    read back after its previous add. Lanes run over the dims after the axis
+    fastest (coalesced when there are some), and over those before it too, so
+    a scatter along the last axis (max-pool's backward) is still parallel. An
+    index outside the output adds nothing.
     """
     em = _Emitter(step, dims, False)
     (n,) = step.group.nodes
@@ -625,18 +647,19 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     outer = dims.product(list(index.shape[:axis]))
     inner = dims.product(list(index.shape[axis + 1 :]))
     size, length = dims(n.shape[axis]), dims(index.shape[axis])
-    em.w("pid = tl.program_id(0).to(tl.int64)")
-    em.w(f"blocks = tl.cdiv({inner}, BLOCK)")
-    em.w("o = pid // blocks")
-    em.w("j = (pid % blocks) * BLOCK + tl.arange(0, BLOCK)")
-    em.w(f"mask = j < {inner}")
+    em.w("lane = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    em.w(f"mask = lane < {outer} * {inner}")
+    em.w(f"o = lane // {inner}")
+    em.w(f"j = lane % {inner}")
     o_dims = em.dims_of(Idx(out_shape[:axis], None, "o")) if axis else ()
     j_dims = em.dims_of(Idx(out_shape[axis + 1 :], None, "j")) if axis < rank - 1 else ()
+    # A rank-1 scatter has no lane dims: keep its offsets blocks, as the mask is one.
+    lanes = "" if o_dims or j_dims else " + lane * 0"
     em.w(f"for k in range(0, {size}):")
     em.w.depth += 1
     em.push()
     at = Idx(out_shape, (*o_dims, "k", *j_dims))
-    em.w(f"tl.store(out0 + {em.linear_of(at)}, {em.value(x, at)}, mask=mask)")
+    em.w(f"tl.store(out0 + {em.linear_of(at)}{lanes}, {em.value(x, at)}, mask=mask)")
     em.pop()
     em.w.depth -= 1
     em.w(f"for k in range(0, {length}):")
@@ -647,10 +670,10 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     v = em.value(src, em._operand_idx(src, list(it)))
     row = em.let(f"tl.where({g} < 0, {g} + {size}, {g})", "g")
     target = Idx(out_shape, (*o_dims, row, *j_dims))
-    em.w(f"tl.atomic_add(out0 + {em.linear_of(target)}, {v}, mask=mask & ({row} >= 0) & ({row} < {size}))")
+    em.w(f"tl.atomic_add(out0 + {em.linear_of(target)}{lanes}, {v}, mask=mask & ({row} >= 0) & ({row} < {size}))")
     em.pop()
     em.w.depth -= 1
-    return em, f"{outer} * triton.cdiv({inner}, {SCATTER_BLOCK})"
+    return em, f"triton.cdiv({outer} * {inner}, {SCATTER_BLOCK})"
 
 
 # -- versions -------------------------------------------------------------------------------------

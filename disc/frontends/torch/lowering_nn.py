@@ -239,10 +239,26 @@ def _pair(v: Any, n: int = 2) -> list[int]:
 
 @lower(aten.max_pool2d_with_indices.default)
 def _max_pool2d(ctx: Importer, fx_node, x: Node, kernel, stride=(), padding=0, dilation=1, ceil_mode=False) -> list[Any]:
-    if any(u.args[1] == 1 for u in fx_node.users):
-        raise LoweringError("max_pool2d indices are used")
-    attrs = _window_attrs(x.tensor_type.rank, _pair(kernel), _pair(stride) if stride else [], _pair(padding), _pair(dilation))
-    return [ctx.graph.add("reduce_window", (x,), {"kind": "max", "ceil_mode": bool(ceil_mode), **attrs}), None]
+    """Values, and (when used: training saves them for the backward) the indices, flat over the H x W plane."""
+    rank = x.tensor_type.rank
+    attrs = _window_attrs(rank, _pair(kernel), _pair(stride) if stride else [], _pair(padding), _pair(dilation))
+    values = ctx.graph.add("reduce_window", (x,), {"kind": "max", "ceil_mode": bool(ceil_mode), **attrs})
+    if not any(u.args[1] == 1 for u in fx_node.users):
+        return [values, None]
+    index_dims = (rank - 2, rank - 1)
+    indices = ctx.graph.add("reduce_window", (x,), {"kind": "argmax", "ceil_mode": bool(ceil_mode), "index_dims": index_dims, **attrs})
+    return [values, indices]
+
+
+@lower(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(ctx: Importer, fx_node, gy: Node, x: Node, kernel, stride, padding, dilation, ceil_mode, indices: Node) -> Node:
+    """dL/dx: each output gradient added at the input position its index names, per image plane."""
+    lead = list(x.shape[:-2])
+    plane = [*lead, as_expr(x.shape[-2]) * x.shape[-1]]
+    pooled = [*lead, as_expr(gy.shape[-2]) * gy.shape[-1]]
+    zeros = broadcast_to(ctx, scalar(ctx, 0, x.dtype), plane)
+    grads = ctx.graph.add("scatter_add", (zeros, reshape(ctx, indices, pooled), reshape(ctx, gy, pooled)), {"axis": len(lead)})
+    return reshape(ctx, grads, list(x.shape))
 
 
 @lower(aten.avg_pool2d.default)

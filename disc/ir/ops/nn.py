@@ -21,7 +21,12 @@ Conventions:
   are not pooled), ``padding`` one ``(low, high)`` pair per dim (``()`` for
   none, dilation ``()`` for all 1). Padding reads as -inf for max (the dtype's
   minimum for integers) and 0 for sum. max_pool is ``kind="max"``; avg_pool is
-  ``kind="sum"`` followed by a division the frontend emits.
+  ``kind="sum"`` followed by a division the frontend emits. ``kind="argmax"``
+  gives max_pool's indices (i64): the row-major position over the dims
+  ``index_dims`` of x (increasing, covering every pooled dim) of the window's
+  largest element, the first of equal ones; a NaN beats any number and a later
+  NaN an earlier one (PyTorch's max-pool rule). Positions in the padding are
+  never picked; a window wholly in the padding gives -1.
 
 Output sizes are SymExpr with floor division by the (static) strides, so a
 dynamic image size stays one expression, e.g. ``(h - 1)//2 + 1``. The
@@ -31,6 +36,7 @@ ceil-mode correction of PyTorch is resolved in closed form, see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -279,7 +285,7 @@ def convolution_backward_weight(x: torch.Tensor, gy: torch.Tensor, *, kernel, st
 
 
 # -- reduce_window -------------------------------------------------------------------------------
-WINDOW_KINDS = ("max", "sum")
+WINDOW_KINDS = ("max", "sum", "argmax")
 
 
 def window_output_dim(n: DimLike, window: int, stride: int, low: int, high: int, dilation: int, ceil_mode: bool) -> SymExpr:
@@ -330,9 +336,9 @@ def _window_attrs(ctx: ShapeContext, rank: int, attrs: Mapping[str, Any]):
 
 def _reduce_window_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
     dt = tensor(types[0], "reduce_window", "operand x").dtype
-    if attrs["kind"] == "sum" and dt == "i1":
-        raise ShapeRuleError("reduce_window: kind sum needs a numeric operand, got i1")
-    return dt
+    if attrs["kind"] in ("sum", "argmax") and dt == "i1":
+        raise ShapeRuleError(f"reduce_window: kind {attrs['kind']} needs a numeric operand, got i1")
+    return "i64" if attrs["kind"] == "argmax" else dt
 
 
 def _reduce_window_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
@@ -348,7 +354,30 @@ def _reduce_window_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping
         size = window_output_dim(n, w, s, lo, hi, dil, bool(attrs["ceil_mode"]))
         require_ge(ctx, size, 0, f"x dim {d} is too small for window {w} (dilation {dil}, padding {lo}/{hi}, stride {s})")
         out.append(size)
+    _check_index_dims(ctx, x.rank, attrs, window, strides, padding)
     return tuple(out)
+
+
+def pooled_dims(window: Sequence[int], strides: Sequence[int], padding: Sequence[tuple[int, int]]) -> list[int]:
+    """The dims a reduce_window actually pools (the others are read at the output's own index)."""
+    return [d for d, (w, s, p) in enumerate(zip(window, strides, padding)) if (w, s, *p) != (1, 1, 0, 0)]
+
+
+def _check_index_dims(ctx: ShapeContext, rank: int, attrs: Mapping[str, Any], window, strides, padding) -> None:
+    dims = attrs["index_dims"]
+    if attrs["kind"] != "argmax":
+        ctx.check(dims == (), f"index_dims {dims!r} is only for kind argmax")
+        return
+    ctx.check(isinstance(dims, tuple) and len(dims) > 0, f"kind argmax needs index_dims, got {dims!r}")
+    for i, d in enumerate(dims):
+        ctx.check(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d < rank, f"index_dims[{i}] {d!r} is not a dim of x (rank {rank})"
+        )
+    # Increasing, so that walking a window in dim order meets positions in index order:
+    # "the first of equal maxima" then means the same in every backend.
+    ctx.check(list(dims) == sorted(set(dims)), f"index_dims {dims!r} must be increasing")
+    missing = [d for d in pooled_dims(window, strides, padding) if d not in dims]
+    ctx.check(not missing, f"index_dims {dims!r} must include every pooled dim; missing {missing}")
 
 
 def _pad_value(dtype: torch.dtype, kind: str) -> float | int | bool:
@@ -364,13 +393,13 @@ def _pad_value(dtype: torch.dtype, kind: str) -> float | int | bool:
 @register(
     "reduce_window",
     "x",
-    attrs={"kind": "max", "window": REQUIRED, "strides": REQUIRED, "padding": (), "dilation": (), "ceil_mode": False},
+    attrs={"kind": "max", "window": REQUIRED, "strides": REQUIRED, "padding": (), "dilation": (), "ceil_mode": False, "index_dims": ()},
     dtype=_reduce_window_dtype,
     shape=_reduce_window_rule,
     category=WINDOW,
 )
-def reduce_window(x: torch.Tensor, *, kind: str, window, strides, padding, dilation, ceil_mode: bool) -> torch.Tensor:
-    """Max / sum over (dilated, strided) windows of the padded operand, one window size per dim."""
+def reduce_window(x: torch.Tensor, *, kind: str, window, strides, padding, dilation, ceil_mode: bool, index_dims=()) -> torch.Tensor:
+    """Max / sum / argmax over (dilated, strided) windows of the padded operand, one window size per dim."""
     rank = x.dim()
     dilation = tuple(dilation) if dilation else (1,) * rank
     padding = tuple(padding) if padding else ((0, 0),) * rank
@@ -379,19 +408,50 @@ def reduce_window(x: torch.Tensor, *, kind: str, window, strides, padding, dilat
         for n, w, s, (lo, hi), dil in zip(x.shape, window, strides, padding, dilation)
     ]
     if any(n <= 0 for n in sizes):
-        return x.new_empty(sizes)
+        return x.new_empty(sizes, dtype=torch.int64 if kind == "argmax" else x.dtype)
     # Pad far enough on the high side that every (ceil-mode) window is in bounds.
     spans = [(out - 1) * s + dil * (w - 1) + 1 for out, s, dil, w in zip(sizes, strides, dilation, window)]
     highs = [max(hi, span - n - lo) for span, n, (lo, hi) in zip(spans, x.shape, padding)]
     spec: list[int] = []
     for (lo, _), hi in zip(reversed(padding), reversed(highs)):
         spec += [lo, hi]
-    y = torch.constant_pad_nd(x, spec, _pad_value(x.dtype, kind))
-    for d in range(rank):
-        y = y.narrow(d, 0, spans[d])
-        eff = dilation[d] * (window[d] - 1) + 1
-        y = y.unfold(d, eff, strides[d])[..., :: dilation[d]]  # window elements go last
+
+    def windows(t: torch.Tensor, fill: Any) -> torch.Tensor:
+        t = torch.constant_pad_nd(t, spec, fill)
+        for d in range(rank):
+            t = t.narrow(d, 0, spans[d])
+            eff = dilation[d] * (window[d] - 1) + 1
+            t = t.unfold(d, eff, strides[d])[..., :: dilation[d]]  # window elements go last
+        return t
+
+    y = windows(x, _pad_value(x.dtype, kind))
     dims = tuple(range(rank, 2 * rank))
+    if kind == "argmax":
+        return _window_argmax(y.flatten(rank), windows(_flat_positions(x, index_dims), -1).flatten(rank))
     if kind == "max":
         return torch.amax(y, dim=dims) if rank else y
     return torch.sum(y, dim=dims, dtype=x.dtype) if rank else y
+
+
+def _flat_positions(x: torch.Tensor, index_dims: Sequence[int]) -> torch.Tensor:
+    """Each element's row-major position over ``index_dims`` of x, as an i64 tensor of x's shape."""
+    pos = torch.zeros(x.shape, dtype=torch.int64)
+    for d in index_dims:
+        ar = torch.arange(x.shape[d], dtype=torch.int64).reshape([-1 if k == d else 1 for k in range(x.dim())])
+        pos = pos * x.shape[d] + ar
+    return pos
+
+
+def _window_argmax(vals: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Per window (last dim, in walk order), the position of its max by max-pool's rule; pos < 0 marks padding."""
+    valid = pos >= 0
+    nan = torch.isnan(vals) & valid if vals.is_floating_point() else torch.zeros_like(valid)
+    k = vals.shape[-1]
+    last_nan = (k - 1) - torch.argmax(nan.flip(-1).to(torch.uint8), dim=-1, keepdim=True)
+    low = -math.inf if vals.is_floating_point() else torch.iinfo(vals.dtype).min
+    masked = torch.where(valid & ~nan, vals, torch.full_like(vals, low))
+    top = torch.amax(masked, dim=-1, keepdim=True)
+    first_top = torch.argmax((valid & (masked == top)).to(torch.uint8), dim=-1, keepdim=True)
+    at = torch.where(nan.any(-1, keepdim=True), last_nan, first_top)
+    picked = torch.gather(pos, -1, at).squeeze(-1)
+    return torch.where(valid.any(-1), picked, torch.full_like(picked, -1))
