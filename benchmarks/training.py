@@ -1,6 +1,10 @@
 """Training step time and peak memory: a BERT-style encoder whose sequence length changes every step.
 
     python -m benchmarks.training --out docs/benchmarks/training
+    python -m benchmarks.training --model resnet --out docs/benchmarks/training-resnet
+
+``--model resnet`` trains a small ResNet (widths 32-256, BatchNorm in training
+mode) on images whose size changes every step instead.
 
 Systems: eager, disc (``torch.compile(backend="disc", dynamic=True)``, whose
 min-cut partitioner recomputes cheap ops in the backward), disc-save-all (the
@@ -33,11 +37,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-SEQS = [16, 48, 1, 128, 33, 96, 7, 64, 200, 24]
 BATCH = 8
 SYSTEMS = ("eager", "disc", "disc-save-all", "inductor-dynamic")
 
@@ -45,10 +50,38 @@ SYSTEMS = ("eager", "disc", "disc-save-all", "inductor-dynamic")
 DROPOUT = float(os.environ.get("DISC_BENCH_DROPOUT", "0.1"))  # the model's default; the peak children inherit it
 
 
-def _model():
+@dataclass(frozen=True)
+class Stream:
+    """A model and the sizes its training steps walk through."""
+
+    title: str
+    size_name: str  # the column the sizes go in
+    sizes: tuple[int, ...]
+    shape: Callable[[int], dict[str, int]]  # size -> the model entry's input dims
+
+
+STREAMS = {
+    "bert": Stream(
+        "BERT-small (4 layers, hidden 256)",
+        "seq",
+        (16, 48, 1, 128, 33, 96, 7, 64, 200, 24),
+        lambda seq: {"batch": BATCH if seq > 1 else 1, "seq": seq},
+    ),
+    # BatchNorm cannot train on one value per channel, so no image is small enough to
+    # leave 1x1 maps at batch 1; the sizes vary height and width separately.
+    "resnet": Stream(
+        "ResNet-small (basic blocks, widths 32-256, BatchNorm training)",
+        "image",
+        (32, 48, 17, 64, 40, 96, 24, 56),
+        lambda hw: {"batch": BATCH, "height": hw, "width": hw + 8},
+    ),
+}
+
+
+def _model(name: str):
     from disc.models import MODELS
 
-    entry = MODELS["bert"]
+    entry = MODELS[name]
     model = entry.build("small")
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
@@ -79,12 +112,13 @@ def _step(fn, opt, args) -> None:
     opt.step()
 
 
-def _inputs(entry, seq: int):
-    return entry.inputs({"batch": BATCH if seq > 1 else 1, "seq": seq}, seed=seq)
+def _inputs(entry, stream: Stream, size: int):
+    return entry.inputs(stream.shape(size), seed=size)
 
 
-def _peak_child(system: str) -> None:
-    entry, model = _model()
+def _peak_child(system: str, name: str) -> None:
+    stream = STREAMS[name]
+    entry, model = _model(name)
     fn = _runner(system, model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     # ru_maxrss never goes down, and importing the compilers already peaks above a training
@@ -93,12 +127,12 @@ def _peak_child(system: str) -> None:
     Path("/proc/self/clear_refs").write_text("5")
     base = _status_kb("VmRSS")
     start = time.perf_counter()
-    for seq in SEQS:
-        _step(fn, opt, _inputs(entry, seq))
+    for size in stream.sizes:
+        _step(fn, opt, _inputs(entry, stream, size))
     first_peak, first_pass_s = _status_kb("VmHWM") - base, time.perf_counter() - start
     # What one step needs above what stays between steps, at the longest sequence. The heap
     # is trimmed first: glibc keeps freed pages, which would hide a step's own allocations.
-    longest = _inputs(entry, max(SEQS))
+    longest = _inputs(entry, stream, max(stream.sizes))
     step_peaks = []
     for _ in range(3):
         resident = _trimmed_rss_kb()
@@ -132,54 +166,70 @@ def _status_kb(field: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/benchmarks/training")
+    ap.add_argument("--model", choices=sorted(STREAMS), default="bert")
+    ap.add_argument("--out", default=None, help="default: docs/benchmarks/training (bert) or docs/benchmarks/training-<model>")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--peak-child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.peak_child:
-        _peak_child(args.peak_child)
+        _peak_child(args.peak_child, args.model)
         return 0
-    entry, base_model = _model()
+    stream = STREAMS[args.model]
+    sizes = stream.sizes
+    entry, base_model = _model(args.model)
     models = {s: copy.deepcopy(base_model) for s in SYSTEMS}
     fns = {s: _runner(s, models[s]) for s in SYSTEMS}
     opts = {s: torch.optim.Adam(models[s].parameters(), lr=1e-4) for s in SYSTEMS}
-    inputs = {seq: _inputs(entry, seq) for seq in SEQS}
+    inputs = {q: _inputs(entry, stream, q) for q in sizes}
     for s in SYSTEMS:  # warm-up: every compilation happens here
-        for seq in SEQS:
-            _step(fns[s], opts[s], inputs[seq])
-    times: dict[str, dict[int, list[float]]] = {s: {seq: [] for seq in SEQS} for s in SYSTEMS}
+        for q in sizes:
+            _step(fns[s], opts[s], inputs[q])
+    times: dict[str, dict[int, list[float]]] = {s: {q: [] for q in sizes} for s in SYSTEMS}
     for r in range(args.rounds):
-        for seq in SEQS:
+        for q in sizes:
             order = SYSTEMS[r % len(SYSTEMS) :] + SYSTEMS[: r % len(SYSTEMS)]
             for s in order:
                 t = time.perf_counter()
-                _step(fns[s], opts[s], inputs[seq])
-                times[s][seq].append(time.perf_counter() - t)
-    medians = {s: {seq: statistics.median(v) for seq, v in times[s].items()} for s in SYSTEMS}
-    speedup = {s: math.exp(statistics.mean(math.log(medians["eager"][q] / medians[s][q]) for q in SEQS)) for s in SYSTEMS}
+                _step(fns[s], opts[s], inputs[q])
+                times[s][q].append(time.perf_counter() - t)
+    medians = {s: {q: statistics.median(v) for q, v in times[s].items()} for s in SYSTEMS}
+    speedup = {s: math.exp(statistics.mean(math.log(medians["eager"][q] / medians[s][q]) for q in sizes)) for s in SYSTEMS}
     peaks = {}
     for s in SYSTEMS:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.training", "--peak-child", s], capture_output=True, text=True, check=True)
+        cmd = [sys.executable, "-m", "benchmarks.training", "--model", args.model, "--peak-child", s]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         peaks[s] = json.loads(out.stdout.strip().splitlines()[-1])
     from disc.api import reports
 
     compiles = sum(1 for r in reports() if r.source == "torch.compile")
-    result = {"batch": BATCH, "dropout": DROPOUT, "seqs": SEQS, "rounds": args.rounds, "median_s": medians, "speedup_vs_eager": speedup, "peak": peaks, "disc_graphs": compiles}
-    dest = Path(args.out)
+    result = {
+        "model": args.model,
+        "batch": BATCH,
+        "dropout": DROPOUT,
+        "sizes": {stream.size_name: list(sizes)},
+        "shapes": [stream.shape(q) for q in sizes],
+        "rounds": args.rounds,
+        "median_s": medians,
+        "speedup_vs_eager": speedup,
+        "peak": peaks,
+        "disc_graphs": compiles,
+    }
+    dest = Path(args.out or ("docs/benchmarks/training" if args.model == "bert" else f"docs/benchmarks/training-{args.model}"))
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "results.json").write_text(json.dumps(result, indent=2))
+    name = stream.size_name
     lines = [
-        f"Training step (forward + backward + Adam), BERT-small (4 layers, hidden 256), dropout {DROPOUT}, "
-        f"batch {BATCH} (1 at seq 1), {args.rounds} interleaved rounds",
+        f"Training step (forward + backward + Adam), {stream.title}, dropout {DROPOUT}, "
+        f"inputs {', '.join(_shape_text(stream.shape(q)) for q in sizes)}, {args.rounds} interleaved rounds",
         "",
-        "| seq | " + " | ".join(f"{s} (ms)" for s in SYSTEMS) + " |",
+        f"| {name} | " + " | ".join(f"{s} (ms)" for s in SYSTEMS) + " |",
         "|---:|" + "---:|" * len(SYSTEMS),
     ]
-    for q in SEQS:
+    for q in sizes:
         lines.append(f"| {q} | " + " | ".join(f"{medians[s][q] * 1e3:.1f}" for s in SYSTEMS) + " |")
     lines += [
         "",
-        f"| system | speedup over eager (geomean) | step peak at seq {max(SEQS)} (MB) | resident after the stream (MB) "
+        f"| system | speedup over eager (geomean) | step peak at {name} {max(sizes)} (MB) | resident after the stream (MB) "
         "| first pass: peak (MB) | first pass (s) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -188,10 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(
             f"| {s} | {speedup[s]:.2f}x | {p['step_peak_mb']:.0f} | {p['resident_mb']:.0f} | {p['peak_mb']:.0f} | {p['first_pass_s']:.1f} |"
         )
-    lines.append(f"\ndisc graphs compiled in the timed process: {compiles} (one forward and one backward per disc system)")
+    lines.append(f"\ndisc graphs compiled in the timed process: {compiles} (forward and backward graphs of both disc systems)")
     (dest / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _shape_text(shape: dict[str, int]) -> str:
+    return "x".join(str(v) for v in shape.values())
 
 
 if __name__ == "__main__":

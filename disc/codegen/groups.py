@@ -63,14 +63,16 @@ def reduction_levels(step: KernelStep) -> dict[Node, int]:
     return level
 
 
-def leading_reduction(step: KernelStep, c: ShapeConstraints) -> int:
+def leading_reduction(step: KernelStep, c: ShapeConstraints, passes: bool = False) -> int:
     """How many leading dims every reduction of the group reduces, when a column schedule can run it; else 0.
 
     A column schedule walks the reduction space in memory order (reduced rows
     outer, kept elements inner) and accumulates per kept element: it needs
-    every reduction to reduce the same leading dims of one space, and no value
-    computed per element (an operand of a reduction, a full-size output) to
-    read a reduction, which is only known after the last row.
+    every reduction to reduce the same leading dims of one space. A reduction
+    is only known after the last row, so a value computed per element (an
+    operand of a reduction, a full-size output) that reads one needs another
+    pass over the space: allowed with ``passes`` (one walk per reduction
+    level, BatchNorm's mean then variance), else refused.
     """
     reductions = [n for n in step.group.nodes if n.op == "reduce"]
     domain = reductions[0].inputs[0]
@@ -84,7 +86,7 @@ def leading_reduction(step: KernelStep, c: ShapeConstraints) -> int:
     members = set(step.group.nodes)
     full = [o for o in step.outputs if c.prove_same_numel(o.shape, domain.shape)]
     per_element = [r.inputs[0] for r in reductions] + full
-    if any(reads(per_element, r, members) for r in reductions):
+    if not passes and any(reads(per_element, r, members) for r in reductions):
         return 0
     return len(rdims)
 

@@ -7,7 +7,8 @@ afterwards:
 * pointwise ``op(transpose(a, P), transpose(b, P), broadcast_in_dim(c, dims))``
   -> ``transpose(op(a, b, broadcast_in_dim(c, P[dims])), P)``; every tensor
   operand must be a transpose by the same ``P`` or a broadcast (whose dims are
-  renumbered, and must stay increasing);
+  renumbered; where that reorders them, ``c`` is transposed to match, or read
+  untransposed when it is itself a transpose by ``P``);
 * ``reduce_window(transpose(v, P))`` -> ``transpose(reduce_window(v), P)``
   with the window, strides, padding and dilation permuted alike (an argmax's
   ``index_dims`` renumbered too, only where they stay increasing: its
@@ -43,14 +44,28 @@ def _inverse(perm: Perm) -> Perm:
     return tuple(inv)
 
 
-def _untransposed_broadcast(rw: Rewriter, b: Node, perm: Perm) -> Node | None:
-    """``b`` (a broadcast in the transposed layout) rebuilt in the untransposed one, or None."""
-    dims = tuple(perm[d] for d in b.attrs["dims"])
-    if list(dims) != sorted(dims):
-        return None
+def _untransposed_broadcast(rw: Rewriter, b: Node, perm: Perm) -> Node:
+    """``b`` (a broadcast in the transposed layout) rebuilt in the untransposed one.
+
+    Its dims map through ``perm``; where they come out of order, the operand is
+    transposed to match (no larger than the transpose being sunk, usually a
+    per-channel vector). An operand that is itself transposed by ``perm`` (a
+    statistic computed below an earlier sunk transpose) is read untransposed.
+    """
+    x = b.inputs[0]
+    dims = [perm[d] for d in b.attrs["dims"]]
+    order = tuple(sorted(range(len(dims)), key=dims.__getitem__))
+    if order != tuple(range(len(dims))):
+        inner = x.inputs[0] if x.op == "transpose" else None
+        composed = tuple(x.attrs["perm"][k] for k in order) if inner is not None else None
+        if composed == tuple(range(len(order))):
+            x = inner  # transpose(transpose(u, P), order) is u
+        else:
+            x = rw.add("transpose", (x,), {"perm": order})
+        dims = [dims[k] for k in order]
     sizes = b.inputs[1:]
     inv = _inverse(perm)
-    return rw.add("broadcast_in_dim", (b.inputs[0], *(sizes[inv[j]] for j in range(len(perm)))), {"dims": dims})
+    return rw.add("broadcast_in_dim", (x, *(sizes[inv[j]] for j in range(len(perm)))), {"dims": tuple(dims)})
 
 
 def _pointwise(rw: Rewriter, n: Node) -> Replacement | None:
@@ -65,10 +80,7 @@ def _pointwise(rw: Rewriter, n: Node) -> Replacement | None:
         if x.op == "transpose":
             operands.append(x.inputs[0])
             continue
-        b = _untransposed_broadcast(rw, x, perm)
-        if b is None:
-            return None
-        operands.append(b)
+        operands.append(_untransposed_broadcast(rw, x, perm))
     inner = rw.add(n.op, operands, n.attrs)
     return New("transpose", (inner,), {"perm": perm})
 

@@ -157,12 +157,73 @@ def test_column_reductions_run_in_memory_order_and_match_eager(two_threads, shap
     assert all(r.get("column", 0) + r.get("no-broadcast", 0) == 1 and sum(r.values()) == 1 for r in ran), ran
 
 
-def test_a_value_read_per_element_after_a_column_reduction_keeps_the_row_schedule():
-    class CentreColumns(nn.Module):
-        def forward(self, x):
-            return x - x.mean(0, keepdim=True)
+class ChannelsLastBatchNorm(nn.Module):
+    """Training BatchNorm on NHWC data: per-channel mean, then variance around it, both over the leading dims."""
 
-    ex = _profiled(CentreColumns(), (torch.randn(4, 6),), {"x": {0: "n", 1: "h"}})
-    assert not _column_kernels(ex)
-    x = torch.randn(9, 13)
-    torch.testing.assert_close(ex.run([x])[0], CentreColumns()(x), rtol=1e-5, atol=1e-6)
+    def forward(self, x, w):
+        mean = x.mean((0, 1, 2), keepdim=True)
+        centred = x - mean
+        var = (centred * centred).mean((0, 1, 2), keepdim=True)
+        y = torch.relu(centred * torch.rsqrt(var + 1e-5) * w)
+        return y, mean.reshape(-1) * 0.1, var.reshape(-1)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 1, 1, 5), (2, 3, 1, 7), (4, 9, 11, 32), (8, 24, 26, 33)])
+def test_values_read_per_element_after_column_reductions_take_one_walk_per_level(two_threads, shape):
+    """The variance reads the mean per element and the output reads both: three walks, all in memory order."""
+    m = ChannelsLastBatchNorm()
+    dyn = {"x": {0: "n", 1: "h", 2: "w", 3: "c"}, "w": {0: "c"}}
+    ex = _profiled(m, (torch.randn(2, 3, 4, 5), torch.randn(5)), dyn)
+    (call,) = _column_kernels(ex)
+    text = call.kernel.text
+    assert text.count("for (int64_t r = rows * t / nt;") == 3 and "j * " not in text
+    x, w = torch.randn(*shape) * 3 + 1, torch.randn(shape[-1])
+    before = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
+    for got, want in zip(ex.run([x, w]), m(x, w)):
+        torch.testing.assert_close(got.reshape(want.shape), want, rtol=1e-4, atol=1e-5)
+    after = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
+    ran = {k: v - before[k] for k, v in after.items()}
+    assert sum(ran.values()) == 1 and ran.get("column", 0) + ran.get("no-broadcast", 0) == 1, ran
+
+
+class ChannelsFirstBatchNorm(nn.Module):
+    """Training BatchNorm on NCHW data (reduced dims 0, 2, 3 around the kept channel) and a spatial mean."""
+
+    def forward(self, x, w):
+        mean = x.mean((0, 2, 3), keepdim=True)
+        centred = x - mean
+        var = (centred * centred).mean((0, 2, 3), keepdim=True)
+        y = torch.relu(centred * torch.rsqrt(var + 1e-5) * w[:, None, None])
+        return y, var.reshape(-1), x.mean((2, 3))
+
+
+def _simd_loop_bodies(text: str) -> list[list[str]]:
+    """The lines of every loop that follows an ``omp simd`` pragma."""
+    lines, bodies = text.splitlines(), []
+    for i, line in enumerate(lines):
+        if "omp simd" in line and "parallel" not in line:
+            depth = len(line) - len(line.lstrip())
+            body = []
+            for follow in lines[i + 2 :]:
+                if len(follow) - len(follow.lstrip()) <= depth:
+                    break
+                body.append(follow)
+            bodies.append(body)
+    return bodies
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 3, 5, 7), (3, 4, 1, 9), (1, 2, 64, 64), (8, 5, 40, 50)])
+def test_rows_over_several_reduced_dims_are_walked_by_nested_loops(two_threads, shape):
+    """Each reduced dim gets its own loop, so no element pays integer divisions to find its position."""
+    m = ChannelsFirstBatchNorm()
+    dyn = {"x": {0: "n", 1: "c", 2: "h", 3: "w"}, "w": {0: "c"}}
+    ex = _profiled(m, (torch.randn(2, 3, 4, 5), torch.randn(3)), dyn)
+    rows = [c for c in ex.native.source.calls if isinstance(c, KernelCall) and any(n.op == "reduce" for n in c.step.group.nodes)]
+    assert rows
+    for call in rows:
+        for body in _simd_loop_bodies(call.kernel.text):
+            index_math = [ln for ln in body if "int64_t" in ln]
+            assert body and not any(" % " in ln or " / " in ln for ln in index_math), "\n".join(body)
+    x, w = torch.randn(*shape) * 2 + 1, torch.randn(shape[1])
+    for got, want in zip(ex.run([x, w]), m(x, w)):
+        torch.testing.assert_close(got.reshape(want.shape), want, rtol=1e-4, atol=1e-5)

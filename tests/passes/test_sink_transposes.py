@@ -166,3 +166,59 @@ def test_pool_indices_sink_only_where_their_dims_keep_order():
     x = torch.randint(0, 3, (2, 5, 7, 4)).float()  # many equal maxima: the first must win in both forms
     for got, want in zip(ReferenceExecutor(sink_then_dce(g)).run([x]), ReferenceExecutor(g).run([x])):
         assert torch.equal(got, want)
+
+
+BATCH_NORM_STATISTICS = """
+func @main(%a: f32[n, h, w, 8], %g: f32[8, 1, 1]) {
+  sym n in [1, inf]  (input 'a' dim 0)
+  sym h in [1, inf]  (input 'a' dim 1)
+  sym w in [1, inf]  (input 'a' dim 2)
+  %0 = dim(%a) {axis=0} : index(n)
+  %1 = dim(%a) {axis=1} : index(h)
+  %2 = dim(%a) {axis=2} : index(w)
+  %3 = index_const() {value=8} : index(8)
+  %4 = transpose(%a) {perm=[0, 3, 1, 2]} : f32[n, 8, h, w]
+  %5 = reduce(%4) {dims=[0, 2, 3], keepdim=true, kind="sum"} : f32[1, 8, 1, 1]
+  %6 = broadcast_in_dim(%5, %0, %3, %1, %2) {dims=[0, 1, 2, 3]} : f32[n, 8, h, w]
+  %7 = sub(%4, %6) : f32[n, 8, h, w]
+  %8 = broadcast_in_dim(%g, %0, %3, %1, %2) {dims=[1, 2, 3]} : f32[n, 8, h, w]
+  %9 = mul(%7, %8) : f32[n, 8, h, w]
+  return %9, %5
+}
+"""
+
+
+def test_batch_norm_statistics_broadcast_back_in_the_untransposed_layout():
+    check_golden(
+        sink_then_dce,
+        BATCH_NORM_STATISTICS,
+        # Training BatchNorm after an NHWC convolution: the per-channel sum (kept as
+        # [1, 8, 1, 1]) is computed on %a, so its broadcast back reads it untransposed;
+        # the [8, 1, 1] scale's dims would come out of order (3, 1, 2), so the small
+        # operand is transposed instead. The whole chain runs NHWC.
+        """
+        func @main(%a: f32[n, h, w, 8], %g: f32[8, 1, 1]) {
+          sym n in [1, inf]  (input 'a' dim 0)
+          sym h in [1, inf]  (input 'a' dim 1)
+          sym w in [1, inf]  (input 'a' dim 2)
+          %0 = dim(%a) {axis=0} : index(n)
+          %1 = dim(%a) {axis=1} : index(h)
+          %2 = dim(%a) {axis=2} : index(w)
+          %3 = index_const() {value=8} : index(8)
+          %10 = reduce(%a) {dims=[0, 1, 2], keepdim=true, kind="sum"} : f32[1, 1, 1, 8]
+          %5 = transpose(%10) {perm=[0, 3, 1, 2]} : f32[1, 8, 1, 1]
+          %11 = broadcast_in_dim(%10, %0, %1, %2, %3) {dims=[0, 1, 2, 3]} : f32[n, h, w, 8]
+          %12 = sub(%a, %11) : f32[n, h, w, 8]
+          %13 = transpose(%g) {perm=[1, 2, 0]} : f32[1, 1, 8]
+          %14 = broadcast_in_dim(%13, %0, %1, %2, %3) {dims=[1, 2, 3]} : f32[n, h, w, 8]
+          %15 = mul(%12, %14) : f32[n, h, w, 8]
+          %9 = transpose(%15) {perm=[0, 3, 1, 2]} : f32[n, 8, h, w]
+          return %9, %5
+        }
+        """,
+    )
+    g = parse_graph(textwrap.dedent(BATCH_NORM_STATISTICS).strip())
+    for n, h, w in [(1, 1, 1), (2, 3, 5)]:
+        args = [torch.randn(n, h, w, 8), torch.randn(8, 1, 1)]
+        for got, want in zip(ReferenceExecutor(sink_then_dce(g)).run(args), ReferenceExecutor(g).run(args)):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

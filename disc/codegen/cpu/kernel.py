@@ -24,10 +24,12 @@ C++ condition over the run-time dims; the first whose condition holds runs.
   (``ROW_CACHE_MAX``) keep each computed reduction operand there, so later
   passes read it instead of recomputing it (softmax computes exp once); few
   long rows split each pass across threads instead of giving one row to one
-  thread; otherwise passes recompute their operands. Reductions over
-  leading dims (bias gradients, column sums) are not per-row at all: they
-  run in memory order, rows outer and kept elements inner, into one partial
-  row per thread combined at the end (the ``column`` schedule);
+  thread; otherwise passes recompute their operands. A row spanning several
+  reduced dims is walked by nested loops, one per dim. Reductions over
+  leading dims (bias gradients, column sums, NHWC BatchNorm) are not per-row
+  at all: they run in memory order, rows outer and kept elements inner, into
+  one partial row per thread combined at the end, one walk per reduction
+  level (the ``column`` schedule);
 - tiny work runs on one thread (OpenMP ``if``).
 """
 
@@ -106,6 +108,9 @@ class _Emitter:
         self.delinearized = False
         self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
         self.row_cache: dict[Node, str] = {}  # value -> per-row buffer holding it at every j of the row
+        self.columns: dict[Node, str] = {}  # column schedule: reduce node -> array of its values (kept dims)
+        self.column_lead = 0  # column schedule: how many leading dims are reduced
+        self.column_inner: tuple[str, ...] = ()  # column schedule: the kept dims' indices in the current j loop
         self.pass_dims: tuple[str, ...] | None = None  # the index of the row pass being emitted
         self.rows = self.cols = ""  # reduction kernels: the C++ row count and row length (host-evaluable)
         self.cached: list[Node] = []  # reduction kernels: the values kept in row caches
@@ -256,6 +261,8 @@ class _Emitter:
         if not head.shape:  # the operand's extra leading dims all have size 1
             return self.value(x, Idx(in_shape, ("0",) * (len(in_shape) - k) + tuple(suffix)))
         lin = self.linear_of(head)
+        if not k:  # the same linear position: its dims are derived (divisions) only if the operand needs them
+            return self.value(x, Idx(in_shape, None, lin))
         prefix = self.dims_of(Idx(in_shape[: len(in_shape) - k], None, lin))
         return self.value(x, Idx(in_shape, tuple(prefix) + tuple(suffix)))
 
@@ -423,6 +430,12 @@ class _Emitter:
         return at if kind == "argmax" else acc
 
     def _op_reduce(self, n: Node, idx: Idx) -> str:
+        if n in self.columns:  # a column schedule's combined row, indexed by the kept dims
+            dims = self.dims_of(idx)
+            kept = dims[self.column_lead :] if n.attrs["keepdim"] else dims
+            if tuple(kept) == self.column_inner:
+                return f"{self.columns[n]}[j]"
+            return f"{self.columns[n]}[{self.linear_of(Idx(self.shape(n)[len(dims) - len(kept) :], tuple(kept)))}]"
         if n not in self.accs:
             raise Unsupported(f"reduction %{n.name} used outside its row loop")
         var, row = self.accs[n]
@@ -609,14 +622,44 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
                 dims.append(next(it))
         row_of[r] = tuple(dims)
 
-    def inner_idx() -> Idx:
-        inner = em.dims_of(Idx(tuple(shape[k] for k in rdims), None, "j"))
+    # Several reduced dims are walked by nested loops, the last one vectorised: splitting
+    # one flat j into their indices would cost integer divisions at every element.
+    looped = [k for k in rdims if shape[k] != "1"]  # a 1-sized dim is read at 0 (as a delinearised j gives)
+    nested = not split and len(looped) > 1
+
+    def open_cols(pragma: str | None) -> Idx:
+        """Open the loop(s) over the reduced elements of a row; the index of the element they are at."""
+        if nested:
+            loops = {k: em.fresh("k") for k in looped}
+            for k in looped[:-1]:
+                em.w(f"for (int64_t {loops[k]} = 0; {loops[k]} < {shape[k]}; ++{loops[k]}) {{")
+                em.w.depth += 1
+        if pragma:
+            em.w(pragma)
+        if nested:
+            last = loops[looped[-1]]
+            em.w(f"for (int64_t {last} = 0; {last} < {shape[looped[-1]]}; ++{last}) {{")
+        else:
+            em.w("for (int64_t j = 0; j < cols; ++j) {")
+        em.w.depth += 1
+        em.scopes.append({})
+        if nested:
+            inner = [loops.get(k, "0") for k in rdims]
+            em.w(f"const int64_t j = {em.linear_of(Idx(tuple(shape[k] for k in rdims), tuple(inner)))};")
+        else:
+            inner = em.dims_of(Idx(tuple(shape[k] for k in rdims), None, "j"))
         dims, it_o, it_i = [], iter(outer), iter(inner)
         for k in range(len(shape)):
             dims.append(next(it_i) if k in rdims else next(it_o))
         idx = Idx(shape, tuple(dims), "r * cols + j" if trailing else None)
         em.pass_dims = idx.dims
         return idx
+
+    def close_cols() -> None:
+        em.scopes.pop()
+        for _ in range(len(looped) if nested else 1):
+            em.w.depth -= 1
+            em.w("}")
 
     level = reduction_levels(step)
     last_level = max(level[r] for r in reductions)
@@ -652,16 +695,14 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
         simd += [f"{r.attrs['kind']}:{em.accs[r][0]}" for r in nan_flags]
         simd += [f"|:{flag}" for flag in nan_flags.values()]
         vectorise = len(simd) == len(batch) + len(nan_flags)
+        pragma = None
         if split:  # threads share the row: every accumulator needs a reduction clause
             clauses = [f"{_OMP_REDUCTION[r.attrs['kind']]}:{em.accs[r][0]}" for r in batch]
             clauses += [f"|:{flag}" for flag in nan_flags.values()]
-            em.w(f"#pragma omp parallel for{' simd' if vectorise else ''} schedule(static) " + " ".join(f"reduction({c})" for c in clauses))
+            pragma = f"#pragma omp parallel for{' simd' if vectorise else ''} schedule(static) " + " ".join(f"reduction({c})" for c in clauses)
         elif vectorise:
-            em.w("#pragma omp simd " + " ".join(f"reduction({clause})" for clause in simd))
-        em.w("for (int64_t j = 0; j < cols; ++j) {")
-        em.w.depth += 1
-        em.scopes.append({})
-        idx = inner_idx()
+            pragma = "#pragma omp simd " + " ".join(f"reduction({clause})" for clause in simd)
+        idx = open_cols(pragma)
         pending = dict(em.accs)
         for r in batch:
             del em.accs[r]  # inside its own pass the reduction is not yet a value
@@ -678,9 +719,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
             else:
                 em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=acc, x=x) + ";")
         em.accs = pending
-        em.scopes.pop()
-        em.w.depth -= 1
-        em.w("}")
+        close_cols()
         for r, flag in nan_flags.items():
             em.w(f"if ({flag}) {pending[r][0]} = std::numeric_limits<{t_of[r]}>::quiet_NaN();")
     for i, o in enumerate(step.outputs):
@@ -695,27 +734,25 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
             v = em.value(source, at)
             em.w(f"out{i}[{em.linear_of(at)}] = {v};")
     if full_outputs:
-        em.w("#pragma omp parallel for simd schedule(static)" if split else "#pragma omp simd")
-        em.w("for (int64_t j = 0; j < cols; ++j) {")
-        em.w.depth += 1
-        em.scopes.append({})
-        _write_outputs(em, step, domain, inner_idx(), full_outputs)
-        em.scopes.pop()
-        em.w.depth -= 1
-        em.w("}")
+        idx = open_cols("#pragma omp parallel for simd schedule(static)" if split else "#pragma omp simd")
+        _write_outputs(em, step, domain, idx, full_outputs)
+        close_cols()
     em.w.depth -= 1
     em.w("}")
     return em
 
 
 def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) -> _Emitter:
-    """Reductions over the ``lead`` leading dims (a bias gradient): rows in memory order, one partial per thread.
+    """Reductions over the ``lead`` leading dims (a bias gradient, BatchNorm's statistics): rows in memory order.
 
     Each thread owns a contiguous block of reduced rows and accumulates every
-    kept element of them into its own partial row (no atomics); full-size
-    outputs are written in the same pass, so every element is computed once.
-    The partials are then combined in thread order (deterministic for a given
-    thread count). The row schedules would read such a space column by column.
+    kept element of them into its own partial row (no atomics); the partials
+    are then combined in thread order (deterministic for a given thread
+    count). One such walk per reduction level: a later level (the variance
+    around a mean) reads the earlier ones' combined rows at its kept index.
+    Full-size outputs are written in the first walk when they read no
+    reduction (every element computed once), else in a last walk of their
+    own. The row schedules would read such a space column by column.
     """
     em = _Emitter(step, names, assume)
     reductions = [n for n in step.group.nodes if n.op == "reduce"]
@@ -724,58 +761,84 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
     spelled = [names.expr(d) for d in domain.shape]
     em.rows = c_product(spelled[:lead])
     em.cols = c_product(spelled[lead:])
+    em.column_lead = lead
     em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
     em.w(f"const int64_t nt = rows * cols >= {PARALLEL_MIN_ELEMENTS} ? std::max<int64_t>(1, std::min<int64_t>(disc_threads(), rows)) : 1;")
-    parts: dict[Node, str] = {}
-    for r in reductions:
-        t, init = C_TYPES[r.dtype], _reduce_init(r.attrs["kind"], r.dtype)
-        parts[r] = em.fresh("part")
-        em.w(f"std::unique_ptr<{t}[]> {parts[r]}(new {t}[nt * cols]);")
-        em.w(f"std::fill({parts[r]}.get(), {parts[r]}.get() + nt * cols, {t}({init}));")
     full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
     row_outputs = [o for o in step.outputs if o not in full_outputs]
+    level = reduction_levels(step)
+    late = any(reads(full_outputs, r, em.members) for r in reductions)
 
-    em.w("#pragma omp parallel for schedule(static) if(nt > 1)")
-    em.w("for (int64_t t = 0; t < nt; ++t) {")
-    em.w.depth += 1
-    for r in reductions:
-        em.w(f"{C_TYPES[r.dtype]}* __restrict__ {parts[r]}_t = {parts[r]}.get() + t * cols;")
-    em.w("for (int64_t r = rows * t / nt; r < rows * (t + 1) / nt; ++r) {")
-    em.w.depth += 1
-    em.scopes.append({})
-    outer = em.dims_of(Idx(shape[:lead], None, "r"))
-    em.w("#pragma omp simd")
-    em.w("for (int64_t j = 0; j < cols; ++j) {")
-    em.w.depth += 1
-    em.scopes.append({})
-    inner = em.dims_of(Idx(shape[lead:], None, "j"))
-    idx = Idx(shape, tuple(outer) + tuple(inner), "r * cols + j")
-    for r in reductions:
-        x = em.value(r.inputs[0], idx)
-        em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=f"{parts[r]}_t[j]", x=x) + ";")
-    _write_outputs(em, step, domain, idx, full_outputs)
-    em.scopes.pop()
-    em.w.depth -= 1
-    em.w("}")
-    em.scopes.pop()
-    for _ in range(2):
+    def walk(body) -> None:  # rows of this thread's block, kept elements innermost
+        em.w("#pragma omp parallel for schedule(static) if(nt > 1)")
+        em.w("for (int64_t t = 0; t < nt; ++t) {")
+        em.w.depth += 1
+        em.scopes.append({})
+        body(start=True)
+        em.w("for (int64_t r = rows * t / nt; r < rows * (t + 1) / nt; ++r) {")
+        em.w.depth += 1
+        outer = em.dims_of(Idx(shape[:lead], None, "r"))
+        em.w("#pragma omp simd")
+        em.w("for (int64_t j = 0; j < cols; ++j) {")
+        em.w.depth += 1
+        em.scopes.append({})
+        inner = em.dims_of(Idx(shape[lead:], None, "j"))
+        em.column_inner = tuple(inner)
+        body(idx=Idx(shape, tuple(outer) + tuple(inner), "r * cols + j"))
+        em.scopes.pop()
+        for _ in range(2):
+            em.w.depth -= 1
+            em.w("}")
+        em.scopes.pop()
         em.w.depth -= 1
         em.w("}")
 
+    for lvl in range(1, max(level[r] for r in reductions) + 1):
+        batch = [r for r in reductions if level[r] == lvl]
+        parts: dict[Node, str] = {}
+        for r in batch:
+            t, init = C_TYPES[r.dtype], _reduce_init(r.attrs["kind"], r.dtype)
+            parts[r] = em.fresh("part")
+            em.w(f"std::unique_ptr<{t}[]> {parts[r]}(new {t}[nt * cols]);")
+            em.w(f"std::fill({parts[r]}.get(), {parts[r]}.get() + nt * cols, {t}({init}));")
+
+        def accumulate(start: bool = False, idx: Idx | None = None, batch=batch, parts=parts, first=lvl == 1) -> None:
+            for r in batch:
+                if start:
+                    em.w(f"{C_TYPES[r.dtype]}* __restrict__ {parts[r]}_t = {parts[r]}.get() + t * cols;")
+                else:
+                    x = em.value(r.inputs[0], idx)
+                    em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=f"{parts[r]}_t[j]", x=x) + ";")
+            if idx is not None and first and not late:
+                _write_outputs(em, step, domain, idx, full_outputs)
+
+        walk(accumulate)
+        # Combine the partial rows into the first one, which then holds the reduction.
+        em.w(_parallel("cols * nt"))
+        em.w("for (int64_t j = 0; j < cols; ++j) {")
+        em.w.depth += 1
+        for r in batch:
+            em.w("for (int64_t t = 1; t < nt; ++t) " + REDUCE_STEP[r.attrs["kind"]].format(acc=f"{parts[r]}[j]", x=f"{parts[r]}[t * cols + j]") + ";")
+        em.w.depth -= 1
+        em.w("}")
+        for r in batch:
+            em.columns[r] = f"{parts[r]}.get()"
+
+    if late:
+
+        def write(start: bool = False, idx: Idx | None = None) -> None:
+            if idx is not None:
+                _write_outputs(em, step, domain, idx, full_outputs)
+
+        walk(write)
     if not row_outputs:
         return em
-    em.w(_parallel("cols * nt"))
+    em.w(_parallel("cols"))
     em.w("for (int64_t j = 0; j < cols; ++j) {")
     em.w.depth += 1
     em.scopes.append({})
     inner = em.dims_of(Idx(shape[lead:], None, "j"))
-    row_of: dict[Node, tuple[str, ...]] = {}
-    for r in reductions:
-        row_of[r] = (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner)
-        acc = em.fresh("acc")
-        em.w(f"{C_TYPES[r.dtype]} {acc} = {parts[r]}[j];")
-        em.w("for (int64_t t = 1; t < nt; ++t) " + REDUCE_STEP[r.attrs["kind"]].format(acc=acc, x=f"{parts[r]}[t * cols + j]") + ";")
-        em.accs[r] = (acc, row_of[r])
+    em.column_inner = tuple(inner)
     for i, o in enumerate(step.outputs):
         if o not in row_outputs:
             continue
@@ -783,7 +846,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
         r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
         if r is None:
             raise Unsupported(f"output %{o.name} {o.type} is neither a reduced space nor the full space {domain.type}")
-        at = Idx(em.shape(source), row_of[r])
+        at = Idx(em.shape(source), (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner))
         em.w(f"out{i}[{em.linear_of(at)}] = {em.value(source, at)};")
     em.scopes.pop()
     em.w.depth -= 1
@@ -857,7 +920,7 @@ def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emi
         return [("general", "true", _scatter_body(step, names))]
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 
-    lead = leading_reduction(step, names.c) if has_reduce else 0
+    lead = leading_reduction(step, names.c, passes=True) if has_reduce else 0
 
     def body(assume: bool, schedule: str = "recompute") -> _Emitter:
         if lead:
