@@ -4,7 +4,9 @@
     python -m benchmarks.training --model resnet --out docs/benchmarks/training-resnet
 
 ``--model resnet`` trains a small ResNet (widths 32-256, BatchNorm in training
-mode) on images whose size changes every step instead.
+mode) on images whose size changes every step instead. ``--profile SIZE``
+instead times disc's graphs kernel by kernel over a few steps at one size
+(profiling builds: ``DISC_PROFILE=1``) and prints the costliest steps.
 
 Systems: eager, disc (``torch.compile(backend="disc", dynamic=True)``, whose
 min-cut partitioner recomputes cheap ops in the backward), disc-save-all (the
@@ -148,6 +150,39 @@ def _peak_child(system: str, name: str) -> None:
     print(json.dumps(result))
 
 
+def _profile(name: str, size: int, steps: int = 5, top: int = 8) -> None:
+    """Milliseconds per call of each generated kernel and library call of disc's graphs, at one size."""
+    os.environ["DISC_PROFILE"] = "1"  # before the first compilation: profiling builds
+    from disc.api import reports
+    from disc.runtime.native import step_profile
+
+    stream = STREAMS[name]
+    entry, model = _model(name)
+    fn = _runner("disc", model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    args = _inputs(entry, stream, size)
+    _step(fn, opt, args)  # compiles (and warms up)
+    builds = [(r.name, r.backend.native) for r in reports() if r.backend is not None and r.backend.native is not None]
+    before = [step_profile(b) for _, b in builds]
+    start = time.perf_counter()
+    for _ in range(steps):
+        _step(fn, opt, args)
+    wall = (time.perf_counter() - start) / steps
+    print(f"{stream.title}, {_shape_text(stream.shape(size))}: {wall * 1e3:.1f} ms a step (wall, {steps} steps)")
+    for (graph, build), old in zip(builds, before):
+        rows = []
+        for a, b in zip(step_profile(build), old):
+            calls = sum(a["calls"].values()) - sum(b["calls"].values())
+            if calls:
+                ran = {v: n - b["calls"][v] for v, n in a["calls"].items() if n > b["calls"][v]}
+                rows.append(((a["ns"] - b["ns"]) / steps / 1e6, a["what"], ran))
+        if not rows:
+            continue
+        print(f"  {graph}: {sum(r[0] for r in rows):.1f} ms a step in {len(rows)} steps; costliest:")
+        for ms, what, ran in sorted(rows, key=lambda r: -r[0])[:top]:
+            print(f"    {ms:7.2f} ms  {what}  {ran}")
+
+
 def _trimmed_rss_kb() -> int:
     import ctypes
     import gc
@@ -170,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="default: docs/benchmarks/training (bert) or docs/benchmarks/training-<model>")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--peak-child", choices=SYSTEMS, help=argparse.SUPPRESS)
+    ap.add_argument("--profile", type=int, metavar="SIZE", help="per-kernel time of disc's graphs at one size, instead of the benchmark")
     args = ap.parse_args(argv)
+    if args.profile is not None:
+        _profile(args.model, args.profile)
+        return 0
     if args.peak_child:
         _peak_child(args.peak_child, args.model)
         return 0

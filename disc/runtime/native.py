@@ -11,6 +11,7 @@ several threads at once with different shapes.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -43,17 +44,43 @@ class NativeBuild:
     seconds: float
 
 
-def build_native(graph: Graph, *, profile: bool = False) -> NativeBuild:
+def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     """Lower, generate and compile ``graph`` (raises ``Unsupported`` when it has no native form).
 
-    ``profile`` compiles in per-step timers and speculation-version counters (``NativeExecutor.step_profile``).
+    ``profile`` compiles in per-step timers and speculation-version counters
+    (``step_profile``); by default it is on when the environment sets
+    ``DISC_PROFILE=1``, so programs compiled deep inside ``torch.compile`` can be profiled.
     """
+    if profile is None:
+        profile = os.environ.get("DISC_PROFILE") == "1"
     start = time.perf_counter()
     lowered = lower(graph)
     source = emit_program(lowered)
     flags = CODEGEN_FLAGS + (("-DDISC_PROFILE",) if profile else ())
     result = build(source.text, f"disc_{graph.name}", flags=flags, libs=("-lmvec",))
     return NativeBuild(lowered, source, result, time.perf_counter() - start)
+
+
+def step_profile(native: NativeBuild) -> list[dict]:
+    """Per step of a profiling build: what it is, total nanoseconds and calls per speculation version.
+
+    The counters live in the loaded library and add up over every call of the
+    program in this process (read twice and subtract to time a stretch).
+    """
+    lib = ctypes.CDLL(str(native.build.path))  # the already loaded library: the same counters
+    try:
+        n = lib.disc_profile_steps()
+    except AttributeError:
+        raise RuntimeError("this program was built without profiling; use build_native(graph, profile=True) or DISC_PROFILE=1") from None
+    ns = (ctypes.c_int64 * max(n, 1)).in_dll(lib, "disc_profile_ns")
+    hits = (ctypes.c_int64 * (MAX_VERSIONS * max(n, 1))).in_dll(lib, "disc_profile_hits")
+    out = []
+    for k, call in enumerate(native.source.calls):
+        kernel = getattr(call, "kernel", None)
+        what = f"{call.node.op} %{call.node.name}" if kernel is None else f"{kernel.name} -> %{call.step.group.nodes[-1].name}"
+        versions = kernel.versions if kernel is not None else ["library"]
+        out.append({"step": k, "what": what, "ns": ns[k], "calls": {v: hits[MAX_VERSIONS * k + i] for i, v in enumerate(versions)}})
+    return out
 
 
 _THREAD_WORKSPACE = threading.local()  # .workspace: the calling thread's kept workspace
@@ -157,19 +184,7 @@ class NativeExecutor:
 
     def step_profile(self) -> list[dict]:
         """Per step: what it is, total nanoseconds and calls per speculation version (profiling builds only)."""
-        try:
-            n = self._lib.disc_profile_steps()
-        except AttributeError:
-            raise RuntimeError("this program was built without profiling; use build_native(graph, profile=True)") from None
-        ns = (ctypes.c_int64 * max(n, 1)).in_dll(self._lib, "disc_profile_ns")
-        hits = (ctypes.c_int64 * (MAX_VERSIONS * max(n, 1))).in_dll(self._lib, "disc_profile_hits")
-        out = []
-        for k, call in enumerate(self.native.source.calls):
-            kernel = getattr(call, "kernel", None)
-            what = f"{call.node.op} %{call.node.name}" if kernel is None else f"{kernel.name} -> %{call.step.group.nodes[-1].name}"
-            versions = kernel.versions if kernel is not None else ["library"]
-            out.append({"step": k, "what": what, "ns": ns[k], "calls": {v: hits[MAX_VERSIONS * k + i] for i, v in enumerate(versions)}})
-        return out
+        return step_profile(self.native)
 
     @staticmethod
     def _raise(rc: int, ctx) -> None:

@@ -60,3 +60,28 @@ def test_profile_counts_fallbacks() -> None:
     cm = disc.compile(Masked(), (torch.randn(9),), dynamic={"x": {0: "n"}})
     p = cm.profile(torch.randn(11))
     assert p.kernels["fallback"] >= 1 and p.kernels["library"] == 0
+
+
+def test_disc_profile_env_makes_profiling_builds(monkeypatch) -> None:
+    """``DISC_PROFILE=1`` turns on the per-step counters of programs built without asking (torch.compile's)."""
+    from disc.ir.parser import parse_graph
+    from disc.runtime.native import NativeExecutor, build_native, step_profile
+
+    g = parse_graph(
+        """
+        func @f(%x: f32[n, 8]) {
+          sym n in [0, inf]
+          %0 = exp(%x) : f32[n, 8]
+          %1 = reduce(%0) {dims=[1], keepdim=false, kind="sum"} : f32[n]
+          return %1
+        }
+        """
+    )
+    monkeypatch.delenv("DISC_PROFILE", raising=False)
+    with pytest.raises(RuntimeError, match="DISC_PROFILE=1"):
+        step_profile(build_native(g))
+    monkeypatch.setenv("DISC_PROFILE", "1")
+    build = build_native(g)
+    before = sum(sum(p["calls"].values()) for p in step_profile(build))
+    NativeExecutor(g, build).run([torch.randn(5, 8)])
+    assert sum(sum(p["calls"].values()) for p in step_profile(build)) == before + 1
