@@ -624,22 +624,40 @@ struct ConvPlan {
   Reorder to_src, to_wei, from_dst;
 };
 
-std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
-  auto plan = std::make_shared<ConvPlan>();
+// The memory descriptors and geometry of one convolution, shared by the forward and both gradients:
+// the caller's layouts (user_*) and the layouts oneDNN may choose (*_any, per DISC_RAL_CONV_LAYOUT).
+struct ConvDescs {
+  memory::desc user_src, user_wei, user_dst, src_any, wei_any, dst_any;
+  memory::dims strides, dilation, pad_lo, pad_hi;
+};
+
+ConvDescs conv_descs(const disc_conv2d_args& x) {
   const memory::dims src_dims{x.n, x.ci, x.h, x.w}, dst_dims{x.n, x.co, x.oh, x.ow};
   const memory::dims wei_dims = x.groups == 1 ? memory::dims{x.co, x.ci, x.kh, x.kw}
                                               : memory::dims{x.groups, x.co / x.groups, x.ci / x.groups, x.kh, x.kw};
   const auto f32 = memory::data_type::f32;
   const tag user_act = x.channels_last ? tag::nhwc : tag::nchw;
-  plan->user_src = memory::desc(src_dims, f32, user_act);
-  plan->user_dst = memory::desc(dst_dims, f32, user_act);
-  plan->user_wei = memory::desc(wei_dims, f32, x.groups == 1 ? tag::oihw : tag::goihw);
   const tag act = act_layout() == ActLayout::kUser ? user_act : act_layout() == ActLayout::kNhwc ? tag::nhwc : tag::any;
-  memory::desc src_any(src_dims, f32, act), dst_any(dst_dims, f32, act), wei_any(wei_dims, f32, tag::any);
-  // oneDNN counts dilation from 0 (a dense kernel has dilation 0).
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                    dst_any, {x.stride[0], x.stride[1]}, {x.dilation[0] - 1, x.dilation[1] - 1},
-                                    {x.pad_lo[0], x.pad_lo[1]}, {x.pad_hi[0], x.pad_hi[1]});
+  return ConvDescs{memory::desc(src_dims, f32, user_act),
+                   memory::desc(wei_dims, f32, x.groups == 1 ? tag::oihw : tag::goihw),
+                   memory::desc(dst_dims, f32, user_act),
+                   memory::desc(src_dims, f32, act),
+                   memory::desc(wei_dims, f32, tag::any),
+                   memory::desc(dst_dims, f32, act),
+                   {x.stride[0], x.stride[1]},
+                   {x.dilation[0] - 1, x.dilation[1] - 1},  // oneDNN counts dilation from 0 (a dense kernel has 0)
+                   {x.pad_lo[0], x.pad_lo[1]},
+                   {x.pad_hi[0], x.pad_hi[1]}};
+}
+
+std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
+  auto plan = std::make_shared<ConvPlan>();
+  const ConvDescs c = conv_descs(x);
+  plan->user_src = c.user_src;
+  plan->user_dst = c.user_dst;
+  plan->user_wei = c.user_wei;
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, c.src_any, c.wei_any,
+                                    c.dst_any, c.strides, c.dilation, c.pad_lo, c.pad_hi);
   dnnl::convolution_forward::primitive_desc pd(d, user_scratchpad(), cpu_engine());
   plan->prim = dnnl::convolution_forward(pd);
   plan->scratch = pd.scratchpad_desc().get_size();
@@ -826,17 +844,8 @@ struct GradPlan {
 };
 
 std::shared_ptr<const GradPlan> make_grad_plan(const disc_conv2d_args& x, ConvGrad which) {
-  const memory::dims src_dims{x.n, x.ci, x.h, x.w}, dst_dims{x.n, x.co, x.oh, x.ow};
-  const memory::dims wei_dims = x.groups == 1 ? memory::dims{x.co, x.ci, x.kh, x.kw}
-                                              : memory::dims{x.groups, x.co / x.groups, x.ci / x.groups, x.kh, x.kw};
-  const auto f32 = memory::data_type::f32;
-  const tag user_act = x.channels_last ? tag::nhwc : tag::nchw;
-  const tag act = act_layout() == ActLayout::kUser ? user_act : act_layout() == ActLayout::kNhwc ? tag::nhwc : tag::any;
-  const memory::desc user_src(src_dims, f32, user_act), user_dst(dst_dims, f32, user_act),
-      user_wei(wei_dims, f32, x.groups == 1 ? tag::oihw : tag::goihw);
-  const memory::desc src_any(src_dims, f32, act), dst_any(dst_dims, f32, act), wei_any(wei_dims, f32, tag::any);
-  const memory::dims strides{x.stride[0], x.stride[1]}, dil{x.dilation[0] - 1, x.dilation[1] - 1};
-  const memory::dims pad_l{x.pad_lo[0], x.pad_lo[1]}, pad_r{x.pad_hi[0], x.pad_hi[1]};
+  const ConvDescs c = conv_descs(x);
+  const auto& [user_src, user_wei, user_dst, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r] = c;
   const auto algo = dnnl::algorithm::convolution_direct;
   dnnl::convolution_forward::primitive_desc hint(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r),
