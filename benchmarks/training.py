@@ -6,7 +6,9 @@
 ``--model resnet`` trains a small ResNet (widths 32-256, BatchNorm in training
 mode) on images whose size changes every step instead. ``--profile SIZE``
 instead times disc's graphs kernel by kernel over a few steps at one size
-(profiling builds: ``DISC_PROFILE=1``) and prints the costliest steps.
+(profiling builds: ``DISC_PROFILE=1``) and prints the costliest steps;
+``--parts SIZE`` times forward, backward and the optimiser step apart, eager
+and disc interleaved (medians of 30 steps).
 
 Systems: eager, disc (``torch.compile(backend="disc", dynamic=True)``, whose
 min-cut partitioner recomputes cheap ops in the backward), disc-save-all (the
@@ -183,6 +185,37 @@ def _profile(name: str, size: int, steps: int = 5, top: int = 8) -> None:
             print(f"    {ms:7.2f} ms  {what}  {ran}")
 
 
+def _parts(name: str, size: int, steps: int = 30) -> None:
+    """Median forward, backward and optimiser-step times of eager and disc, stepping alternately."""
+    stream = STREAMS[name]
+    entry, model = _model(name)
+    systems = ("eager", "disc")
+    models = {s: copy.deepcopy(model) for s in systems}
+    fns = {s: _runner(s, models[s]) for s in systems}
+    opts = {s: torch.optim.Adam(models[s].parameters(), lr=1e-4) for s in systems}
+    args = _inputs(entry, stream, size)
+    times: dict[str, list[tuple[float, float, float]]] = {s: [] for s in systems}
+    for k in range(steps + 3):  # 3 warm-up steps (compilation)
+        for s in systems:
+            t0 = time.perf_counter()
+            opts[s].zero_grad(set_to_none=True)
+            out = fns[s](*args)
+            hidden = out[0] if isinstance(out, tuple) else out
+            t1 = time.perf_counter()
+            hidden.float().pow(2).mean().backward()
+            t2 = time.perf_counter()
+            opts[s].step()
+            t3 = time.perf_counter()
+            if k >= 3:
+                times[s].append((t1 - t0, t2 - t1, t3 - t2))
+    print(f"{stream.title}, {_shape_text(stream.shape(size))}: medians of {steps} interleaved steps (ms)")
+    print("| system | forward | backward | optimiser | step |")
+    print("|---|---:|---:|---:|---:|")
+    for s in systems:
+        med = [statistics.median(t[i] for t in times[s]) * 1e3 for i in range(3)]
+        print(f"| {s} | {med[0]:.1f} | {med[1]:.1f} | {med[2]:.1f} | {sum(med):.1f} |")
+
+
 def _trimmed_rss_kb() -> int:
     import ctypes
     import gc
@@ -206,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--peak-child", choices=SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--profile", type=int, metavar="SIZE", help="per-kernel time of disc's graphs at one size, instead of the benchmark")
+    ap.add_argument("--parts", type=int, metavar="SIZE", help="forward / backward / optimiser times of eager and disc at one size")
     args = ap.parse_args(argv)
+    if args.parts is not None:
+        _parts(args.model, args.parts)
+        return 0
     if args.profile is not None:
         _profile(args.model, args.profile)
         return 0
