@@ -163,6 +163,19 @@ def _mm(ctx: Importer, fx_node, a: Node, b: Node) -> Node:
     return matmul(ctx, a, b)
 
 
+@lower(aten.matmul.default)
+def _matmul(ctx: Importer, fx_node, a: Node, b: Node) -> Node:
+    """``[..., m, k] @ [k, n]``, or a batched product over equal leading dims (what export keeps, see export.py)."""
+    ra, rb = a.tensor_type.rank, b.tensor_type.rank
+    if ra >= 2 and rb == 2:
+        return matmul(ctx, a, b)
+    c = ctx.graph.constraints
+    if ra == rb >= 3 and all(c.prove_equal(x, y) for x, y in zip(a.shape[:-2], b.shape[:-2])):
+        batch = tuple(range(ra - 2))
+        return ctx.graph.add("dot_general", (a, b), {"lhs_batch": batch, "rhs_batch": batch, "lhs_contract": (ra - 1,), "rhs_contract": (ra - 2,)})
+    raise LoweringError(f"matmul of ranks {ra} and {rb} with batch dims not provably equal")
+
+
 @lower(aten.bmm.default)
 def _bmm(ctx: Importer, fx_node, a: Node, b: Node) -> Node:
     return ctx.graph.add("dot_general", (a, b), {"lhs_batch": (0,), "rhs_batch": (0,), "lhs_contract": (2,), "rhs_contract": (1,)})
