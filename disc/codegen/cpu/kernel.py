@@ -373,12 +373,8 @@ class _Emitter:
         init = _reduce_init("max" if kind == "argmax" else kind, x.dtype)
         self.w(f"{t} {acc} = {init};")
         if kind == "argmax":
-            # Max-pool's index rule, branch-free: the first in-bounds element is taken,
-            # then any larger one or any NaN (so equal maxima keep the first, NaNs the last).
-            at = self.fresh("a")
+            at = self.fresh("a")  # the index of the best element so far; -1 until one is in bounds
             self.w(f"int64_t {at} = -1;")
-            nan = " | ({v} != {v})" if x.dtype in ("f32", "f64") else ""
-            step = f"const bool {{take}} = {{valid}} & (({{v}} > {acc}){nan} | ({at} < 0)); {acc} = {{take}} ? {{v}} : {acc}; {at} = {{take}} ? {{flat}} : {at}"
         # Positions in the padding are masked, not branched around: the load reads a
         # clamped (always valid) position and a select drops it. In the interior of
         # the innermost dim (see _window_split) neither is needed and loads are affine
@@ -414,11 +410,7 @@ class _Emitter:
                 local[d] = self.let("int64_t", f"std::max<int64_t>(std::min<int64_t>({pos}, {size} - 1), 0)", "c")
             v = self.value(x, self._operand_idx(x, local))
             if kind == "argmax":
-                flat = ""
-                for d in n.attrs["index_dims"]:
-                    flat = f"({flat}) * {self.dim(x.shape[d])} + {unclamped[d]}" if flat else unclamped[d]
-                take = self.fresh("t")
-                self.w(step.format(take=take, valid=" & ".join(conds) or "true", v=v, flat=flat) + ";")
+                self._argmax_step(n, v, conds, unclamped, acc, at)
                 continue
             if conds:  # `&`, not `&&`: a branch-free mask keeps the loop vectorisable
                 v = self.let(t, f"({' & '.join(conds)}) ? {v} : {t}({init})")
@@ -428,6 +420,21 @@ class _Emitter:
             self.w.depth -= 1
             self.w("}")
         return at if kind == "argmax" else acc
+
+    def _argmax_step(self, n: Node, v: str, conds: list[str], pos: list[str], best: str, at: str) -> None:
+        """One window position of max-pool's index rule, branch-free.
+
+        The first in-bounds element is taken, then any larger one or any NaN, so
+        equal maxima keep the first and NaNs the last (the walk is in index order).
+        """
+        x = n.inputs[0]
+        flat = ""
+        for d in n.attrs["index_dims"]:
+            flat = f"({flat}) * {self.dim(x.shape[d])} + {pos[d]}" if flat else pos[d]
+        better = f"({v} > {best})" + (f" | ({v} != {v})" if x.dtype in ("f32", "f64") else "") + f" | ({at} < 0)"
+        take = self.let("bool", f"({' & '.join(conds)}) & ({better})" if conds else f"({better})", "t")
+        self.w(f"{best} = {take} ? {v} : {best};")
+        self.w(f"{at} = {take} ? {flat} : {at};")
 
     def _op_reduce(self, n: Node, idx: Idx) -> str:
         if n in self.columns:  # a column schedule's combined row, indexed by the kept dims
