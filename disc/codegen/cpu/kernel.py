@@ -44,6 +44,7 @@ from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, 
 from disc.codegen.groups import leading_reduction, output_source, reads, reduction_domain, reduction_levels, runtime_broadcasts
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
+from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import IndexType
@@ -380,7 +381,7 @@ class _Emitter:
         # the innermost dim (see _window_split) neither is needed and loads are affine
         # in j. Small windows are unrolled here: GCC vectorises only innermost loops,
         # so window loops inside the j loop would keep it scalar.
-        windowed = [d for d in range(rank) if (window[d], strides[d], *padding[d]) != (1, 1, 0, 0)]
+        windowed = pooled_dims(window, strides, padding)
         unroll = math.prod(window[d] for d in windowed) <= WINDOW_UNROLL_MAX
         offsets: dict[int, list[int | str]] = {}  # per windowed dim: the window positions, or a loop variable
         opened = 0

@@ -34,6 +34,7 @@ from disc.codegen.groups import leading_reduction, output_source, reduction_doma
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
+from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import IndexType
@@ -392,7 +393,7 @@ class _Emitter:
         window, strides = n.attrs["window"], n.attrs["strides"]
         dilation = n.attrs["dilation"] or (1,) * rank
         padding = n.attrs["padding"] or ((0, 0),) * rank
-        windowed = [d for d in range(rank) if (window[d], strides[d], *padding[d]) != (1, 1, 0, 0)]
+        windowed = pooled_dims(window, strides, padding)
         positions = [[]]
         for d in windowed:
             positions = [p + [k] for p in positions for k in range(window[d])]

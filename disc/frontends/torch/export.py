@@ -186,8 +186,8 @@ def _decompositions(ep: Any) -> Any:
         a, b = (x.meta.get("val") if isinstance(x, torch.fx.Node) else None for x in n.args[:2])
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
             return table
-        rhs_rank = 2 if n.target is aten.linear.default else b.dim()  # linear multiplies by weight.t()
-        if not matmul_lowers(tuple(a.shape), tuple(b.shape) if rhs_rank == b.dim() else (None, None)):
+        rhs = (None, None) if n.target is aten.linear.default else tuple(b.shape)  # linear: by the matrix weight.t()
+        if not matmul_lowers(tuple(a.shape), rhs):
             return table
     del table[aten.matmul.default]
     return table

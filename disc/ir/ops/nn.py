@@ -345,16 +345,17 @@ def _reduce_window_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping
     x = tensor(types[0], "reduce_window", "operand x")
     ctx.check(attrs["kind"] in WINDOW_KINDS, f"unknown kind {attrs['kind']!r}; expected one of {WINDOW_KINDS}")
     window, strides, padding, dilation = _window_attrs(ctx, x.rank, attrs)
+    pooled = pooled_dims(window, strides, padding)
     out = []
     for d, n in enumerate(x.shape):
         (lo, hi), w, s, dil = padding[d], window[d], strides[d], dilation[d]
-        if w == 1 and s == 1 and lo == 0 and hi == 0:
-            out.append(n)  # not pooled
+        if d not in pooled:
+            out.append(n)
             continue
         size = window_output_dim(n, w, s, lo, hi, dil, bool(attrs["ceil_mode"]))
         require_ge(ctx, size, 0, f"x dim {d} is too small for window {w} (dilation {dil}, padding {lo}/{hi}, stride {s})")
         out.append(size)
-    _check_index_dims(ctx, x.rank, attrs, window, strides, padding)
+    _check_index_dims(ctx, x.rank, attrs, pooled)
     return tuple(out)
 
 
@@ -363,7 +364,7 @@ def pooled_dims(window: Sequence[int], strides: Sequence[int], padding: Sequence
     return [d for d, (w, s, p) in enumerate(zip(window, strides, padding)) if (w, s, *p) != (1, 1, 0, 0)]
 
 
-def _check_index_dims(ctx: ShapeContext, rank: int, attrs: Mapping[str, Any], window, strides, padding) -> None:
+def _check_index_dims(ctx: ShapeContext, rank: int, attrs: Mapping[str, Any], pooled: Sequence[int]) -> None:
     dims = attrs["index_dims"]
     if attrs["kind"] != "argmax":
         ctx.check(dims == (), f"index_dims {dims!r} is only for kind argmax")
@@ -376,7 +377,7 @@ def _check_index_dims(ctx: ShapeContext, rank: int, attrs: Mapping[str, Any], wi
     # Increasing, so that walking a window in dim order meets positions in index order:
     # "the first of equal maxima" then means the same in every backend.
     ctx.check(list(dims) == sorted(set(dims)), f"index_dims {dims!r} must be increasing")
-    missing = [d for d in pooled_dims(window, strides, padding) if d not in dims]
+    missing = [d for d in pooled if d not in dims]
     ctx.check(not missing, f"index_dims {dims!r} must include every pooled dim; missing {missing}")
 
 
