@@ -84,6 +84,8 @@ INT_LIMITS = {"i64": (-(2**63), 2**63 - 1), "i32": (-(2**31), 2**31 - 1), "i16":
 
 def unary(op: str, dtype: str) -> str | None:
     """The format string of unary ``op`` on an operand of ``dtype``, or None if it has no Triton form."""
+    if dtype == "i1" and op == "bitwise_not":
+        return "({0} == 0)"  # ~ on int1 widens first in the interpreter: ~1 is -2, still true
     if dtype not in FLOATS and op in UNARY_INT:
         return UNARY_INT[op]
     return UNARY.get(op)
