@@ -38,6 +38,7 @@ class CompileReport:
     hints: dict[str, int] = field(default_factory=dict)
     calls: int = 0
     backend: Any = None  # BackendChoice: native-cpu or reference, and why
+    decomposed_because: str | None = None  # why torch.export's program needed run_decompositions
 
     def text(self) -> str:
         g = self.graph
@@ -45,6 +46,9 @@ class CompileReport:
         lines.append(f"compiled in {self.compile_seconds:.2f}s; calls so far: {self.calls}")
         if self.hints:
             lines.append("trace hints (dims grown off 0/1 so nothing specialises): " + ", ".join(f"{k}={v}" for k, v in self.hints.items()))
+        if self.source == "disc.compile":
+            why = self.decomposed_because
+            lines.append("capture: torch.export, " + (f"decomposed to core ATen ({why})" if why else "lowered as exported (no decomposition pass)"))
         lines.append("")
         lines.append("-- constraints --")
         lines += ["  " + ln for ln in g.constraints.describe()] or ["  (none)"]
@@ -191,6 +195,7 @@ def compile(
         fallbacks=dict(captured.importer.fallback_counts),
         compile_seconds=time.perf_counter() - start,
         hints=captured.hints,
+        decomposed_because=captured.decomposed_because,
         backend=choice,
     )
     record_report(report)

@@ -281,6 +281,43 @@ def test_integer_op_matches_the_reference(op):
     assert torch.equal(ex.run(list(_on(a, b)))[0].cpu(), want)
 
 
+@pytest.mark.parametrize("op, dtype", [("bitwise_not", "i1"), ("bitwise_not", "i64"), ("bitwise_not", "i32"), ("abs", "i64"), ("neg", "i32")])
+def test_integer_and_bool_unary_ops_match_the_reference(op, dtype):
+    g = _op_graph(op, dtype, 1)
+    ex = TritonExecutor(g, build_triton(g))
+    x = torch.tensor([1, 0, 1, 1, 0]).bool() if dtype == "i1" else torch.tensor([0, 1, -1, 7, -(2**31) + 1, 2**31 - 1])
+    x = x.to({"i1": torch.bool, "i32": torch.int32, "i64": torch.int64}[dtype])
+    want = ReferenceExecutor(g).run([x])[0]
+    got = ex.run(list(_on(x)))[0].cpu()
+    assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+BOOL_FROM_LITERALS = """
+func @causal_not(%x: i64[n]) {
+  sym n in [0, inf]  (test)
+  %n = dim(%x) {axis=0} : index(n)
+  %zero = constant() {dtype="i64", ref=none, value=0} : i64[]
+  %z = broadcast_in_dim(%zero, %n) {dims=[]} : i64[n]
+  %keep = le(%x, %z) : i1[n]
+  %t = constant() {dtype="i1", ref=none, value=true} : i1[]
+  %f = constant() {dtype="i1", ref=none, value=false} : i1[]
+  %tb = broadcast_in_dim(%t, %n) {dims=[]} : i1[n]
+  %fb = broadcast_in_dim(%f, %n) {dims=[]} : i1[n]
+  %mask = select(%keep, %tb, %fb) : i1[n]
+  %out = bitwise_not(%mask) : i1[n]
+  return %out
+}
+"""
+
+
+def test_bitwise_not_of_a_bool_built_from_literals():
+    # GPT-2's ~causal_mask: the select of two bool literals is an int32 in Triton, where ~1 is -2 (true).
+    g = parse_graph(BOOL_FROM_LITERALS)
+    x = torch.tensor([-3, 0, 2, 5, -1])
+    got = TritonExecutor(g, build_triton(g)).run(list(_on(x)))[0].cpu()
+    assert torch.equal(got, ReferenceExecutor(g).run([x])[0]) and torch.equal(got, x > 0)
+
+
 def test_shape_errors_come_from_the_generated_checks():
     graph = parse_graph(MAYBE_BROADCAST)
     ex = TritonExecutor(graph, build_triton(graph))

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.fx.experimental import _config as fx_config
 
 from disc.errors import CompileError
 from disc.frontends.torch.importer import Importer, InputSpec, import_fx
@@ -33,6 +34,7 @@ class Captured:
     input_names: list[str]
     out_spec: Any
     hints: dict[str, int]
+    decomposed_because: str | None = None  # None: imported as torch.export returned it
 
 
 def input_names_of(model: torch.nn.Module, args: Sequence[Any]) -> list[str]:
@@ -104,22 +106,78 @@ def capture(
     # position table) and fails loudly if the model forces a dim to be static.
     ranges = ranges or {}
     dynamic_shapes = {name: {axis: torch.export.Dim.DYNAMIC for axis in dynamic.get(name, {})} or None for name in names}
-    ep, hints = _export(model, args, names, dynamic, dynamic_shapes)
+    ep, hints, oblivious = _export(model, args, names, dynamic, dynamic_shapes, decompose=False)
+    specs = [InputSpec(n, dict(dynamic.get(n, {}))) for n in names]
+    name = type(model).__name__
+    why = why_decompose(ep)
+    importer = _import(ep, specs, name) if why is None else None
+    if importer is not None and importer.fallback_counts:
+        why = f"{', '.join(sorted(importer.fallback_counts))} fell back to PyTorch"
+    if why is not None:
+        try:
+            ep = _decompose(ep, oblivious)
+        except Exception:  # a guard the re-trace adds at these sizes: export again from the next candidate on
+            ep, hints, _ = _export(model, args, names, dynamic, dynamic_shapes, decompose=True)
+        _refuse_mutations(ep, name)
+        importer = _import(ep, specs, name)
+    c = importer.graph.constraints
+    _apply_inferred_ranges(importer, ep)
+    for dim_name, (lo, hi) in ranges.items():
+        if dim_name in c.facts:
+            c.set_range(dim_name, lo, hi)
+    return Captured(importer, names, ep.call_spec.out_spec, hints, why)
 
+
+def _import(ep: Any, specs: list[InputSpec], name: str) -> Importer:
     sig = ep.graph_signature
     state = {**ep.state_dict, **ep.constants}
     constants: dict[str, torch.Tensor] = {}
     for placeholder, target in {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}.items():
         value = state[target]
         constants[placeholder] = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
-    specs = [InputSpec(n, dict(dynamic.get(n, {}))) for n in names]
-    importer = import_fx(ep.graph_module, specs, constants, name=type(model).__name__)
-    c = importer.graph.constraints
-    _apply_inferred_ranges(importer, ep)
-    for dim_name, (lo, hi) in ranges.items():
-        if dim_name in c.facts:
-            c.set_range(dim_name, lo, hi)
-    return Captured(importer, names, ep.call_spec.out_spec, hints)
+    return import_fx(ep.graph_module, specs, constants, name=name)
+
+
+def _refuse_mutations(ep: Any, name: str) -> None:
+    """A forward that writes a buffer or an input has side effects disc.compile's program does not have."""
+    sig = ep.graph_signature
+    written = [f"buffer {b!r}" for b in sig.buffers_to_mutate.values()] + [f"input {i!r}" for i in sig.user_inputs_to_mutate.values()]
+    if written:
+        raise CompileError(
+            f"{name}.forward writes {', '.join(sorted(written))} in place; disc.compile compiles side-effect-free programs. "
+            "torch.compile(model, backend='disc') keeps such writes (PyTorch applies them around the compiled graph)."
+        )
+
+
+def why_decompose(ep: Any) -> str | None:
+    """Why disc cannot import this export as it is, without ``run_decompositions`` (None: it can).
+
+    Decomposing re-traces the whole program (BERT-base: 4.5 s of a 7.5 s
+    compile) to turn ops like ``linear`` and ``layer_norm`` into core ATen,
+    which disc lowers just as well directly (``lowering_composite.py``). It is
+    needed when the program mutates something (decomposition functionalises
+    it) or has an op disc has no lowering for; an op whose lowering refuses
+    later sends ``capture`` back to the decomposed form too.
+    """
+    import operator
+
+    from disc.frontends.torch.lowering import LOWERINGS, SYMINT_OPS
+
+    sig = ep.graph_signature
+    mutated = [*sig.buffers_to_mutate.values(), *sig.user_inputs_to_mutate.values()]
+    if mutated:
+        return f"the program mutates {', '.join(sorted(mutated))}"
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or n.target is operator.getitem or n.target in SYMINT_OPS:
+            continue
+        schema = getattr(n.target, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            return f"{n.target} mutates its input"
+        if n.target not in LOWERINGS and getattr(n.target, "overloadpacket", None) not in LOWERINGS:
+            return f"{n.target} has no direct lowering"
+        if n.target is torch.ops.aten.matmul.default and not matmul_lowers(*(tuple(x.meta["val"].shape) for x in n.args[:2])):
+            return "a matmul is not a single dot_general"
+    return None
 
 
 def _apply_inferred_ranges(importer: Importer, ep: Any) -> None:
@@ -141,17 +199,18 @@ def _apply_inferred_ranges(importer: Importer, ep: Any) -> None:
             c.set_range(name, None, upper)
 
 
-def _export(model: torch.nn.Module, args: Sequence[torch.Tensor], names: Sequence[str], dynamic: DynamicSpec, dynamic_shapes: Any) -> tuple[Any, dict[str, int]]:
-    """torch.export at the first trace sizes that work.
+def _export(
+    model: torch.nn.Module, args: Sequence[torch.Tensor], names: Sequence[str], dynamic: DynamicSpec, dynamic_shapes: Any, decompose: bool
+) -> tuple[Any, dict[str, int], bool]:
+    """torch.export at the first trace sizes that work (and, with ``decompose``, decompose).
 
     Each candidate is tried plainly, then size-obliviously: convolution's meta
     kernel insists every intermediate spatial size is != 1, which contradicts
     dims that may be 1, and ``backed_size_oblivious`` avoids that guard. It is
     only a retry because for attention models the same setting adds
-    ``seq != 1`` guards instead.
+    ``seq != 1`` guards instead. Returns the program, the trace sizes and
+    whether it was traced size-obliviously.
     """
-    from torch.fx.experimental import _config as fx_config
-
     errors: list[Exception] = []
     for hints in hint_candidates(args, names, dynamic):
         traced = []
@@ -163,10 +222,15 @@ def _export(model: torch.nn.Module, args: Sequence[torch.Tensor], names: Sequenc
             try:
                 with torch.no_grad(), fx_config.patch(backed_size_oblivious=oblivious):
                     ep = torch.export.export(model, tuple(traced), dynamic_shapes=dynamic_shapes, strict=False)
-                return ep.run_decompositions(_decompositions(ep)), hints
+                return (_decompose(ep, oblivious) if decompose else ep), hints, oblivious
             except Exception as e:  # torch raises many types; the user needs the message
                 errors.append(e)
     raise CompileError(f"torch.export could not capture {type(model).__name__}: {errors[0]}") from errors[0]
+
+
+def _decompose(ep: Any, oblivious: bool) -> Any:
+    with torch.no_grad(), fx_config.patch(backed_size_oblivious=oblivious):
+        return ep.run_decompositions(_decompositions(ep))
 
 
 def _decompositions(ep: Any) -> Any:

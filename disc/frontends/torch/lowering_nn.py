@@ -253,10 +253,15 @@ def _pair(v: Any, n: int = 2) -> list[int]:
 @lower(aten.max_pool2d_with_indices.default)
 def _max_pool2d(ctx: Importer, fx_node, x: Node, kernel, stride=(), padding=0, dilation=1, ceil_mode=False) -> list[Any]:
     """Values, and (when used: training saves them for the backward) the indices, flat over the H x W plane."""
+    with_indices = any(u.args[1] == 1 for u in fx_node.users)
+    return max_pool2d(ctx, x, kernel, stride, padding, dilation, ceil_mode, with_indices)
+
+
+def max_pool2d(ctx: Importer, x: Node, kernel, stride, padding, dilation, ceil_mode, with_indices: bool) -> list[Any]:
     rank = x.tensor_type.rank
     attrs = _window_attrs(rank, _pair(kernel), _pair(stride) if stride else [], _pair(padding), _pair(dilation))
     values = ctx.graph.add("reduce_window", (x,), {"kind": "max", "ceil_mode": bool(ceil_mode), **attrs})
-    if not any(u.args[1] == 1 for u in fx_node.users):
+    if not with_indices:
         return [values, None]
     index_dims = (rank - 2, rank - 1)
     indices = ctx.graph.add("reduce_window", (x,), {"kind": "argmax", "ceil_mode": bool(ceil_mode), "index_dims": index_dims, **attrs})

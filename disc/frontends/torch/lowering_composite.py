@@ -1,0 +1,131 @@
+"""Lowering table, part 4: the composite ops ``torch.export`` keeps before decomposition.
+
+``torch.export.export`` returns ATen ops such as ``linear``, ``layer_norm``,
+``conv2d`` and ``batch_norm``; ``run_decompositions`` would rewrite them into
+core ATen, but it re-traces the whole program to do so (BERT-base: 4.5 of a
+7.5 s compile). Lowering them here, to the same disc IR their decompositions
+produce, lets the export skip that step (see ``export.py``). Each entry
+reuses the core op's lowering, so both paths agree by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from disc.frontends.torch.importer import Importer, LoweringError
+from disc.frontends.torch.lowering import _where, aten, broadcast_to, convert, lower, meta_dtype, norm_axis, reshape, scalar, size_value
+from disc.frontends.torch.lowering_movement import _permute, _split
+from disc.frontends.torch.lowering_nn import _batch_norm, _convolution, _layer_norm, _log_softmax, _matmul, _native_dropout, _softmax, max_pool2d
+from disc.ir.graph import Node
+from disc.ir.types import dtype_of_torch
+from disc.shape.expr import product
+
+
+@lower(aten.linear.default)
+def _linear(ctx: Importer, fx_node, x: Node, w: Node, bias: Any = None) -> Node:
+    out = _matmul(ctx, fx_node, x, _permute(ctx, fx_node, w, [1, 0]))
+    if bias is None:
+        return out
+    return ctx.graph.add("add", (out, broadcast_to(ctx, bias, out.shape)))
+
+
+@lower(aten.layer_norm.default)
+def _layer_norm_composite(ctx: Importer, fx_node, x: Node, normalized_shape: Sequence[Any], weight: Any = None, bias: Any = None, eps: float = 1e-5, cudnn_enable: bool = True) -> Node:
+    return _layer_norm(ctx, fx_node, x, normalized_shape, weight, bias, eps)[0]
+
+
+def _in_dtype(ctx: Importer, x: Node, dtype: torch.dtype | None) -> Node:
+    return x if dtype is None else convert(ctx, x, dtype_of_torch(dtype))
+
+
+@lower(aten.softmax.int)
+def _softmax_composite(ctx: Importer, fx_node, x: Node, dim: int, dtype: torch.dtype | None = None) -> Node:
+    return _softmax(ctx, fx_node, _in_dtype(ctx, x, dtype), dim)
+
+
+@lower(aten.log_softmax.int)
+def _log_softmax_composite(ctx: Importer, fx_node, x: Node, dim: int, dtype: torch.dtype | None = None) -> Node:
+    return _log_softmax(ctx, fx_node, _in_dtype(ctx, x, dtype), dim)
+
+
+@lower(aten.dropout.default)
+def _dropout(ctx: Importer, fx_node, x: Node, p: float, train: Any) -> Node:
+    return _native_dropout(ctx, fx_node, x, p, train)[0]
+
+
+@lower(aten.batch_norm.default)
+def _batch_norm_composite(ctx: Importer, fx_node, x: Node, weight: Any, bias: Any, running_mean: Any, running_var: Any, training: bool, momentum: float, eps: float, cudnn_enabled: bool = True) -> Node:
+    # Training updates the running statistics in place: torch's decomposition makes that functional.
+    if training or not isinstance(running_mean, Node) or not isinstance(running_var, Node):
+        raise LoweringError("batch_norm in training mode or without running statistics")
+    return _batch_norm(ctx, fx_node, x, weight, bias, running_mean, running_var, momentum, eps)[0]
+
+
+@lower(aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)
+def _conv(ctx: Importer, fx_node, x: Node, w: Node, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Node:
+    spatial = w.tensor_type.rank - 2
+    if x.tensor_type.rank != spatial + 2:
+        raise LoweringError("a convolution of an unbatched input")  # torch adds and drops the batch dim around it
+
+    def each(v: Any) -> list[int]:
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        return v * spatial if len(v) == 1 else v
+
+    return _convolution(ctx, fx_node, x, w, bias, each(stride), each(padding), each(dilation), False, [0] * spatial, groups)
+
+
+@lower(aten.max_pool2d.default)
+def _max_pool2d_values(ctx: Importer, fx_node, x: Node, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Node:
+    if x.tensor_type.rank != 4:
+        raise LoweringError("max_pool2d of an unbatched input")
+    return max_pool2d(ctx, x, kernel, stride, padding, dilation, ceil_mode, with_indices=False)[0]
+
+
+@lower(aten.flatten.using_ints)
+def _flatten(ctx: Importer, fx_node, x: Node, start: int = 0, end: int = -1) -> Node:
+    rank = x.tensor_type.rank
+    if rank == 0:
+        return reshape(ctx, x, [1])
+    start, end = start % rank, end % rank
+    shape = list(x.shape)
+    return reshape(ctx, x, [*shape[:start], product(shape[start : end + 1]), *shape[end + 1 :]])
+
+
+@lower(aten.chunk.default)
+def _chunk(ctx: Importer, fx_node, x: Node, chunks: int, dim: int = 0) -> list[Node]:
+    size = x.shape[norm_axis(dim, x.tensor_type.rank)]
+    if not isinstance(size, int):
+        raise LoweringError("chunk of a dynamic dim")  # the piece count depends on the size: torch guards it
+    return _split(ctx, fx_node, x, -(-size // chunks), dim)
+
+
+@lower(aten.numpy_T.default)
+def _numpy_t(ctx: Importer, fx_node, x: Node) -> Node:
+    return _permute(ctx, fx_node, x, list(reversed(range(x.tensor_type.rank))))
+
+
+@lower(aten.to.dtype, aten.type_as.default)
+def _to_dtype(ctx: Importer, fx_node, x: Node, *args: Any, **kwargs: Any) -> Node:
+    return convert(ctx, x, meta_dtype(fx_node))
+
+
+_FILL = {aten.ones.default: 1, aten.zeros.default: 0, aten.new_ones.default: 1, aten.new_zeros.default: 0}
+
+
+@lower(*_FILL)
+def _fill(ctx: Importer, fx_node, *args: Any, **kw: Any) -> Node:
+    size = args[-1]  # new_ones(self, size) or ones(size)
+    return broadcast_to(ctx, scalar(ctx, _FILL[fx_node.target], meta_dtype(fx_node)), [size_value(ctx, s) for s in size])
+
+
+@lower(aten.new_full.default)
+def _new_full(ctx: Importer, fx_node, x: Node, size: Sequence[Any], value: Any, **kw: Any) -> Node:
+    return broadcast_to(ctx, scalar(ctx, value, meta_dtype(fx_node)), [size_value(ctx, s) for s in size])
+
+
+@lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(ctx: Importer, fx_node, x: Node, mask: Node, value: Any) -> Node:
+    return _where(ctx, fx_node, mask, value, x)

@@ -1,0 +1,137 @@
+"""disc imports ``torch.export``'s program as it is, lowering composite ops (linear, layer_norm,
+conv2d, batch_norm, ...) itself instead of running torch's decomposition pass.
+
+Each model is compiled once and compared with eager at several shapes, 1-sized
+and odd dims included; the report must say the decomposition pass was skipped.
+Programs disc cannot take as they are (mutations, an op without a lowering, a
+lowering that refuses) go through the decomposition pass, still correct.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import disc
+
+
+class Encoder(nn.Module):
+    """linear (2-D and 3-D inputs, with and without bias), chunk, masked_fill, layer_norm,
+    softmax with a dtype, log_softmax, dropout, .T, to(dtype)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(12, 36)
+        self.out = nn.Linear(12, 12, bias=False)
+        self.norm = nn.LayerNorm(12)
+        self.bare_norm = nn.LayerNorm(12, elementwise_affine=False)
+        self.drop = nn.Dropout(0.1)
+        self.head = nn.Linear(12, 3)
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = (q @ k.transpose(-1, -2)).masked_fill(mask[:, None, :] == 0, -1e4)
+        attn = torch.softmax(scores, dim=-1, dtype=torch.float64).to(torch.float32)
+        h = self.norm(x + self.drop(self.out(attn @ v)))
+        pooled = torch.log_softmax(self.bare_norm(h).mean(dim=1), dim=-1)
+        return self.head(pooled).T, h
+
+
+class ConvNet(nn.Module):
+    """conv2d (stride, padding, groups), batch_norm in eval mode, max_pool2d, flatten, conv1d."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=4, bias=False)
+        self.line = nn.Conv1d(8, 4, 1)
+        for buf in (self.bn.running_mean, self.bn.running_var):
+            buf.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        y = nn.functional.max_pool2d(self.grouped(y), 3, stride=2, padding=1)
+        z = self.line(torch.flatten(y, 2))
+        return torch.flatten(z, 1), y.new_ones(y.shape[0], 2) + torch.zeros(y.shape[0], 1)
+
+
+def _check(model, make, dynamic, sizes):
+    model.eval()
+    cm = disc.compile(model, make(*sizes[0]), dynamic=dynamic)
+    assert cm.report.decomposed_because is None
+    assert "lowered as exported" in cm.report.text()
+    assert not cm.report.fallbacks
+    for size in sizes:
+        args = make(*size)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(*args), model(*args), rtol=1e-4, atol=1e-5)
+    return cm
+
+
+def test_transformer_block_lowers_without_decomposition():
+    torch.manual_seed(0)
+
+    def make(b, s):
+        mask = torch.ones(b, s, dtype=torch.int64)
+        mask[:, s // 2 + 1 :] = 0
+        return torch.randn(b, s, 12), mask
+
+    cm = _check(Encoder(), make, {"x": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}}, [(2, 5), (1, 1), (3, 7), (1, 16)])
+    assert sum(n.op == "dot_general" for n in cm.graph.nodes) == 5
+
+
+def test_convnet_lowers_without_decomposition():
+    torch.manual_seed(0)
+    dynamic = {"x": {0: "n", 2: "h", 3: "w"}}
+    cm = _check(ConvNet(), lambda n, h, w: (torch.randn(n, 3, h, w),), dynamic, [(2, 16, 20), (1, 1, 1), (3, 9, 7), (1, 33, 5)])
+    assert sum(n.op == "convolution" for n in cm.graph.nodes) == 3
+
+
+class Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return x * 2
+
+
+class InPlace(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y.relu_()
+        return y + 1
+
+
+class Refused(nn.Module):
+    def forward(self, x):
+        return nn.functional.adaptive_avg_pool2d(x.unsqueeze(1), 2) * 2  # only 1x1 outputs lower
+
+
+@pytest.mark.parametrize(
+    "model, why",
+    [
+        (InPlace(), "relu_.default mutates its input"),
+        (Refused(), "adaptive_avg_pool2d.default fell back to PyTorch"),
+    ],
+    ids=["in-place-op", "lowering-refuses"],
+)
+def test_programs_disc_cannot_take_as_they_are_are_decomposed(model, why):
+    cm = disc.compile(model, (torch.randn(5, 4),), dynamic={"x": {0: "n"}})
+    assert why in (cm.report.decomposed_because or "")
+    assert "decomposed to core ATen" in cm.report.text()
+    for n in (1, 3, 8):
+        x = torch.randn(n, 4)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(x), model(x))
+
+
+def test_a_forward_writing_a_buffer_is_refused_with_the_buffer_named():
+    with pytest.raises(disc.CompileError, match=r"Counter.forward writes buffer 'calls' in place.*backend='disc'"):
+        disc.compile(Counter(), (torch.randn(5, 4),), dynamic={"x": {0: "n"}})
+    train_norm = nn.Sequential(nn.BatchNorm1d(4)).train()
+    with pytest.raises(disc.CompileError, match=r"writes buffer '0.num_batches_tracked', buffer '0.running_mean'"):
+        disc.compile(train_norm, (torch.randn(5, 4),), dynamic={"input": {0: "n"}})
