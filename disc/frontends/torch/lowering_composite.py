@@ -18,7 +18,16 @@ import torch
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import _where, aten, broadcast_to, convert, lower, meta_dtype, norm_axis, reshape, scalar, size_value
 from disc.frontends.torch.lowering_movement import _permute, _split
-from disc.frontends.torch.lowering_nn import _batch_norm, _convolution, _layer_norm, _log_softmax, _matmul, _native_dropout, _softmax, max_pool2d
+from disc.frontends.torch.lowering_nn import (
+    _batch_norm,
+    _convolution,
+    _layer_norm,
+    _log_softmax,
+    _matmul,
+    _native_dropout,
+    _softmax,
+    max_pool2d,
+)
 from disc.ir.graph import Node
 from disc.ir.types import dtype_of_torch
 from disc.shape.expr import product
