@@ -37,6 +37,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"prepare_s": 0.0, "call_s": [], "compilations": 0, "peak_memory_mb": 0.0, "import_mb": 0.0, "notes": [], "error": None}
     with torch.no_grad():
         model, inputs = model_and_inputs(workload, ctx, len(shapes))
+        system.setup(ctx.workdir)  # install-time work, untimed
         meter = MemoryMeter(ctx.device)
         meter.reset()
         for module in system.preload:  # measured apart: library code, paid once per process

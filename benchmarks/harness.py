@@ -325,6 +325,7 @@ def _warm_start(system: System, workload: Workload, ctx: Context, workdir: Path,
 def _checked_runner(system, model, workload, inputs, refs, ctx, workdir, res, tick) -> Runner | None:
     """The runner for the steady state, called once per shape (a warm-up) with outputs checked against eager."""
     try:
+        system.setup(workdir)
         runner = system.prepare(model, workload, inputs[0], ctx, workdir)
         for i, args in enumerate(inputs):
             res.rel_err.append(rel_error(runner(*args), refs[i]))

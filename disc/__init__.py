@@ -5,10 +5,12 @@ Importing disc registers the torch.compile backend ``"disc"``.
 
 from disc.api import CompiledModule, CompileReport, clear_reports, compile, explain, reports
 from disc.errors import CompileError, DiscError, InputError, ShapeError
+from disc.runtime.artifact import ArtifactError, load, save
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArtifactError",
     "CompileError",
     "CompileReport",
     "CompiledModule",
@@ -18,7 +20,9 @@ __all__ = [
     "clear_reports",
     "compile",
     "explain",
+    "load",
     "reports",
+    "save",
 ]
 
 

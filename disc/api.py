@@ -7,10 +7,12 @@ constraints, without recompiling.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -144,6 +146,12 @@ class CompiledModule:
             outs = self.executor.run(tensors)
         return unflatten_outputs(self.out_spec, outs)
 
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write this program to ``folder``; ``disc.load(folder)`` runs it again without compiling."""
+        from disc.runtime.artifact import save
+
+        return save(self, folder)
 
     def profile(self, *args: Any) -> ExecutionProfile:
         """Kernels executed (memory-bound, library, fallback) and peak workspace at these inputs."""

@@ -70,6 +70,10 @@ class System:
         device = ctx.device.split(":")[0]
         return None if device in self.devices else f"runs on {', '.join(self.devices)} only"
 
+    def setup(self, workdir: Path) -> None:
+        """Untimed, in each process before ``prepare``: what installing the system would do (disc
+        builds its runtime library) and pointing its on-disk caches at ``workdir``."""
+
     def prepare(self, model: nn.Module, workload: Workload, example: tuple, ctx: Context, workdir: Path) -> Runner:
         """Make a runner. Called twice per workload: cold (fresh ``workdir``) and warm (same ``workdir``)."""
         raise NotImplementedError

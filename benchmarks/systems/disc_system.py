@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import disc
@@ -26,15 +28,48 @@ class DiscRunner(Runner):
 
 
 class Disc(System):
+    def setup(self, workdir):  # type: ignore[override]
+        # Generated programs are cached in the scratch folder, so a cold start compiles its C++.
+        # The runtime library is built once per machine, like an install: it is copied in, untimed.
+        from disc.runtime.ral import build_ral, load_ral
+
+        ral = build_ral().path.parent
+        cache = workdir / "disc-cache"
+        os.environ["DISC_CACHE_DIR"] = str(cache)
+        if not (cache / ral.name).exists():
+            shutil.copytree(ral, cache / ral.name)
+        load_ral()
+
     def prepare(self, model, workload, example, ctx, workdir):  # type: ignore[override]
         return DiscRunner(disc.compile(model, example, dynamic=workload.dynamic))
 
 
+class DiscSaved(Disc):
+    """The deployment flow: compile once and ``disc.save``; every later process ``disc.load``s."""
+
+    def prepare(self, model, workload, example, ctx, workdir):  # type: ignore[override]
+        folder = workdir / "saved-program"
+        if (folder / "manifest.json").is_file():
+            return DiscRunner(disc.load(folder))
+        cm = disc.compile(model, example, dynamic=workload.dynamic)
+        cm.save(folder)
+        return DiscRunner(cm)
+
+
+_PRELOAD = ("torch.export", "torch._dynamo", "sympy", "disc.frontends.torch.export", "disc.runtime.native")
 register(
     Disc(
         "disc",
         "disc.compile, dynamic dims from the workload: the native CPU program (the reference executor where a graph has no native form)",
-        cache_note="the generated C++ is cached on disk (~/.cache/disc): a warm start captures and lowers again but skips the C++ compiler",
-        preload=("torch.export", "torch._dynamo", "sympy", "disc.frontends.torch.export", "disc.runtime.native"),
+        cache_note="the generated C++ is cached on disk: a warm start captures and lowers again but skips the C++ compiler",
+        preload=_PRELOAD,
+    )
+)
+register(
+    DiscSaved(
+        "disc-saved",
+        "disc.compile then disc.save on the cold start; disc.load of that folder on every later start (the same program)",
+        cache_note="a warm start is disc.load of the program the cold start saved: no export, no passes, no C++ compiler",
+        preload=(*_PRELOAD, "disc.runtime.artifact"),
     )
 )

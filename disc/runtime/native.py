@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -56,9 +57,13 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     start = time.perf_counter()
     lowered = lower(graph)
     source = emit_program(lowered)
-    flags = CODEGEN_FLAGS + (("-DDISC_PROFILE",) if profile else ())
-    result = build(source.text, f"disc_{graph.name}", flags=flags, libs=("-lmvec",))
+    result = build(source.text, f"disc_{graph.name}", **build_options(profile))
     return NativeBuild(lowered, source, result, time.perf_counter() - start)
+
+
+def build_options(profile: bool = False) -> dict:
+    """The toolchain options of a native program (``flags``, ``libs``)."""
+    return {"flags": CODEGEN_FLAGS + (("-DDISC_PROFILE",) if profile else ()), "libs": ("-lmvec",)}
 
 
 def step_profile(native: NativeBuild) -> list[dict]:
@@ -89,12 +94,12 @@ _THREAD_WORKSPACE = threading.local()  # .workspace: the calling thread's kept w
 class NativeExecutor:
     """Runs a built native program on torch tensors."""
 
-    def __init__(self, graph: Graph, native: NativeBuild) -> None:
+    def __init__(self, graph: Graph, native: NativeBuild, ral: Any = None) -> None:
         from disc.runtime.ral import load_ral
 
         self.graph = graph
         self.native = native
-        self.ral = load_ral()
+        self.ral = ral or load_ral()
         lib = ctypes.CDLL(str(native.build.path))
         self._shapes = lib.disc_shapes
         self._shapes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]

@@ -205,6 +205,20 @@ def _compile(cmd: list[str], name: str, lines: int, report: Callable[[str], None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def build_key(source: str, *, flags: Sequence[str] = (), libs: Sequence[str] = (), include_dirs: Sequence[str | os.PathLike] = ()) -> str:
+    """What ``build`` would key this library by here: the source, the flags, this compiler and this CPU.
+
+    Equal keys mean a library built elsewhere (a saved artifact's) is the one ``build`` would make.
+    """
+    incs = [str(RAL_INCLUDE_DIR), *(str(d) for d in include_dirs)]
+    return _cache_key(find_compiler(), source, list(flags), list(libs), incs)
+
+
+def host_digest() -> str:
+    """A digest of this machine's architecture and CPU features (what ``-march=native`` code depends on)."""
+    return hashlib.sha256(_host_identity().encode()).hexdigest()
+
+
 def build(
     source: str,
     name: str,
@@ -221,9 +235,9 @@ def build(
     compiles are announced through ``progress`` (default: the "disc" logger at INFO). Raises
     CompileError with the compiler's stderr and the saved source's path on failure.
     """
+    key = build_key(source, flags=flags, libs=libs, include_dirs=include_dirs)
     compiler = find_compiler()
     incs = [str(RAL_INCLUDE_DIR), *(str(d) for d in include_dirs)]
-    key = _cache_key(compiler, source, list(flags), list(libs), incs)
     stem = _safe_name(name)
     entry = cache_dir() / key[:32]
     so, sidecar, src = entry / f"{stem}.so", entry / f"{stem}.so.json", entry / f"{stem}.cc"

@@ -311,19 +311,22 @@ def load_ral(variant: Variant = "auto") -> Ral:
         resolved = _resolve(variant)
         ral = _loaded.get(resolved)
         if ral is None:
-            built = build_ral(resolved)  # type: ignore[arg-type]
-            lib = ctypes.CDLL(str(built.path))
-            entry = lib.disc_ral_cpu
-            entry.restype = ctypes.POINTER(RalTable)
-            entry.argtypes = []
-            table_ptr = entry()
-            table = table_ptr.contents
-            if table.abi_version != ABI_VERSION:
-                raise RuntimeFailure(f"disc RAL: {built.path} has ABI {table.abi_version}, expected {ABI_VERSION}")
-            address = ctypes.cast(table_ptr, ctypes.c_void_p).value or 0
-            ral = Ral(lib, built.path, table, address, table.gemm_library.decode())
-            _loaded[resolved] = ral
+            ral = _loaded[resolved] = open_ral(build_ral(resolved).path)  # type: ignore[arg-type]
         return ral
 
 
-__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral"]
+def open_ral(path: Path) -> Ral:
+    """Load a built RAL library (``load_ral``'s, or one a saved program carries)."""
+    lib = ctypes.CDLL(str(path))
+    entry = lib.disc_ral_cpu
+    entry.restype = ctypes.POINTER(RalTable)
+    entry.argtypes = []
+    table_ptr = entry()
+    table = table_ptr.contents
+    if table.abi_version != ABI_VERSION:
+        raise RuntimeFailure(f"disc RAL: {path} has ABI {table.abi_version}, expected {ABI_VERSION}")
+    address = ctypes.cast(table_ptr, ctypes.c_void_p).value or 0
+    return Ral(lib, path, table, address, table.gemm_library.decode())
+
+
+__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral", "open_ral"]

@@ -1,0 +1,275 @@
+"""Saved programs: ``disc.save(compiled, folder)`` and ``disc.load(folder)``.
+
+A compiled program is stored as what it is, so loading it repeats none of the
+compilation (no torch.export, no passes, no C++ compiler):
+
+    manifest.json   what the files are, with their sizes and SHA-256 digests
+    program.disc    the optimised IR, as text (``print_graph``)
+    constants.bin   every parameter, raw little-endian bytes, 64-byte aligned
+    program.cc      the generated C++ (native CPU programs)
+    program.so      the library built from it, and the key it was built under
+
+Loading parses the IR, lowers it again (a fraction of a second) and checks
+that this gives exactly the saved C++: the library is only used when its
+source, flags, compiler and CPU (``toolchain.build_key``) are the ones it was
+built for, and its bytes match the digest; otherwise it is rebuilt from the
+saved source. Any other mismatch (a truncated or altered file, another
+format) is an error naming the file: nothing is loaded half-way.
+Nothing in ``program.so`` links against torch: the same folder is what a
+standalone runner needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from disc.errors import CompileError, DiscError
+from disc.ir.parser import parse_graph
+from disc.ir.printer import print_graph
+from disc.ir.types import DTYPES, dtype_of_torch
+
+FORMAT = "disc-artifact/1"
+ALIGN = 64
+logger = logging.getLogger("disc")
+
+
+class ArtifactError(DiscError):
+    """A saved program cannot be written or read (the message names the file and the reason)."""
+
+
+def save(compiled: Any, folder: str | os.PathLike) -> Path:
+    """Write ``compiled`` (a ``disc.CompiledModule``) to ``folder``, replacing what is there."""
+    folder = Path(folder)
+    report = compiled.report
+    graph = report.graph
+    if report.fallbacks:
+        raise ArtifactError(f"cannot save {report.name}: ops {sorted(report.fallbacks)} run in PyTorch (fallbacks are Python callables)")
+    try:
+        out_spec = pytree.treespec_dumps(compiled.out_spec)
+    except Exception as e:  # a custom output container pytree cannot serialise
+        raise ArtifactError(f"cannot save {report.name}: its output structure does not serialise ({e})") from e
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        ir = print_graph(graph).encode()
+        (tmp / "program.disc").write_bytes(ir)
+        constants, blob_digest, blob_bytes = _write_constants(tmp / "constants.bin", graph.constants)
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "name": report.name,
+            "input_names": list(compiled.input_names),
+            "out_spec": out_spec,
+            "backend": report.backend.name if report.backend is not None else "reference",
+            "files": {"program.disc": _digest(ir), "constants.bin": {"sha256": blob_digest, "bytes": blob_bytes}},
+            "constants": constants,
+        }
+        native = report.backend.native if report.backend is not None else None
+        if native is not None:
+            from disc.codegen.cpu.toolchain import host_digest
+
+            library = native.build.path.read_bytes()
+            (tmp / "program.cc").write_text(native.source.text)
+            (tmp / "program.so").write_bytes(library)
+            manifest["files"]["program.so"] = _digest(library)
+            ral = compiled.executor.ral.path.read_bytes()  # for machines that cannot build their own
+            (tmp / "ral.so").write_bytes(ral)
+            manifest["files"]["ral.so"] = _digest(ral)
+            manifest["files"]["program.cc"] = _digest(native.source.text.encode())
+            manifest["native"] = {"key": native.build.key, "host": host_digest(), "profile": "-DDISC_PROFILE" in native.source.text}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        if folder.exists():
+            if not (folder / "manifest.json").is_file():
+                raise ArtifactError(f"{folder} exists and is not a saved disc program; not replacing it")
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
+    """The ``disc.CompiledModule`` saved in ``folder``, ready to call at any shape.
+
+    ``backend`` as for ``disc.compile``; by default the backend it was saved with
+    (a native CPU program reuses its saved library where it is valid here).
+    """
+    from disc.api import CompiledModule, CompileReport, record_report
+    from disc.runtime.backend import BackendChoice, make_executor
+
+    start = time.perf_counter()
+    folder = Path(folder)
+    manifest = _read_manifest(folder)
+    files = manifest["files"]
+    # The parameters are the bulk of the bytes: they are read and hashed while the IR is parsed
+    # and lowered against placeholders of their shapes (lowering reads no parameter values).
+    holder: dict[str, Any] = {}
+    reader = threading.Thread(target=lambda: holder.update(_read_constants(folder, manifest)), daemon=True)
+    reader.start()
+    placeholders = {c["name"]: torch.empty(c["shape"], dtype=DTYPES[c["dtype"]], device="meta") for c in manifest["constants"]}
+    chosen = backend or ("native" if manifest["backend"] == "native-cpu" else manifest["backend"])
+    native = None
+    try:
+        graph = parse_graph(_checked_bytes(folder / "program.disc", files["program.disc"]).decode(), constants=placeholders)
+        if chosen in ("native", "auto") and "native" in manifest:
+            native = _native_build(folder, manifest, graph)
+    finally:
+        reader.join()
+    if "error" in holder:
+        raise holder["error"]
+    graph.constants.update(holder["constants"])
+    if native is not None:
+        from disc.runtime.native import NativeExecutor
+
+        executor, choice = NativeExecutor(graph, native, _ral(folder, manifest)), BackendChoice("native-cpu", native=native)
+    elif chosen.startswith("triton"):
+        executor, choice = make_executor(graph, {}, "triton", "cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        executor, choice = make_executor(graph, {}, chosen, "cpu")
+    report = CompileReport(
+        name=manifest["name"], source="disc.load", graph=graph, fallbacks={}, compile_seconds=time.perf_counter() - start, backend=choice
+    )
+    record_report(report)
+    return CompiledModule(report, executor, manifest["input_names"], pytree.treespec_loads(manifest["out_spec"]))
+
+
+def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:
+    """The native program of ``graph``: the saved library where it is valid here, else built again."""
+    from disc.codegen.cpu.program import emit_program
+    from disc.codegen.cpu.toolchain import BuildResult, build
+    from disc.codegen.lowering import lower
+    from disc.runtime.native import NativeBuild, build_options
+
+    start = time.perf_counter()
+    lowered = lower(graph)
+    source = emit_program(lowered)
+    saved_source = _checked_bytes(folder / "program.cc", manifest["files"]["program.cc"]).decode()
+    options = build_options(manifest["native"]["profile"])
+    library = folder / "program.so"
+    if source.text == saved_source and _built_for_here(source.text, options, manifest["native"]) and _matches(library, manifest["files"]["program.so"]):
+        result = BuildResult(library, folder / "program.cc", True, manifest["native"]["key"])
+    else:
+        # Another disc version generates other code from the same IR, or another compiler or
+        # CPU built the library (or it is damaged): the IR is what counts.
+        logger.info("disc.load: the saved library of %s does not fit this disc, compiler or CPU; building it here", folder)
+        result = build(source.text, f"disc_{graph.name}", **options)
+    return NativeBuild(lowered, source, result, time.perf_counter() - start)
+
+
+def _ral(folder: Path, manifest: dict) -> Any:
+    """This machine's RAL, or the saved one where none can be built here (no C++ compiler)."""
+    from disc.codegen.cpu.toolchain import host_digest
+    from disc.runtime.ral import load_ral, open_ral
+
+    try:
+        return load_ral()
+    except CompileError as e:
+        if host_digest() != manifest["native"]["host"]:
+            raise ArtifactError(f"saved program {folder}: no RAL can be built here ({e}) and the saved one is for another CPU") from e
+        _checked_bytes(folder / "ral.so", manifest["files"]["ral.so"])
+        return open_ral(folder / "ral.so")
+
+
+def _built_for_here(source: str, options: dict, saved: dict) -> bool:
+    """Was the saved library built from this source with this compiler for this CPU?
+
+    Without a C++ compiler (a deployment machine) the compiler cannot be
+    compared, and the CPU alone decides: the library needs nothing else.
+    """
+    from disc.codegen.cpu.toolchain import build_key, host_digest
+
+    try:
+        return build_key(source, **options) == saved["key"]
+    except CompileError:  # no compiler here
+        return host_digest() == saved["host"]
+
+
+# -- files ----------------------------------------------------------------------------------------
+def _digest(data: bytes) -> dict:
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def _matches(path: Path, expected: dict) -> bool:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return len(data) == expected["bytes"] and hashlib.sha256(data).hexdigest() == expected["sha256"]
+
+
+def _checked_bytes(path: Path, expected: dict) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"saved program {path.parent}: cannot read {path.name}: {e.strerror}") from e
+    if len(data) != expected["bytes"] or hashlib.sha256(data).hexdigest() != expected["sha256"]:
+        raise ArtifactError(f"saved program {path.parent}: {path.name} is damaged (its size or SHA-256 differs from the manifest)")
+    return data
+
+
+def _read_manifest(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except OSError as e:
+        raise ArtifactError(f"{folder} is not a saved disc program: cannot read manifest.json ({e.strerror})") from e
+    except json.JSONDecodeError as e:
+        raise ArtifactError(f"saved program {folder}: manifest.json is damaged ({e})") from e
+    if manifest.get("format") != FORMAT:
+        raise ArtifactError(f"saved program {folder}: format {manifest.get('format')!r}, this disc reads {FORMAT!r}")
+    return manifest
+
+
+def _write_constants(path: Path, constants: dict[str, torch.Tensor]) -> tuple[list[dict], str, int]:
+    table, offset = [], 0
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        for name, value in constants.items():
+            t = value.detach().contiguous().cpu()
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            pad = -offset % ALIGN
+            f.write(b"\0" * pad)
+            h.update(b"\0" * pad)
+            offset += pad
+            table.append({"name": name, "dtype": dtype_of_torch(t.dtype), "shape": list(t.shape), "offset": offset, "bytes": len(data)})
+            f.write(data)
+            h.update(data)
+            offset += len(data)
+    return table, h.hexdigest(), offset
+
+
+def _read_constants(folder: Path, manifest: dict) -> dict:
+    try:
+        return {"constants": _constants(folder / "constants.bin", manifest)}
+    except Exception as e:  # handed to the loading thread, which raises it
+        return {"error": e}
+
+
+def _constants(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
+    expected = manifest["files"]["constants.bin"]
+    blob = torch.empty(expected["bytes"], dtype=torch.uint8)  # torch's allocator aligns to 64 bytes
+    try:
+        with open(path, "rb") as f:
+            got = f.readinto(memoryview(blob.numpy()))
+            extra = f.read(1)
+    except OSError as e:
+        raise ArtifactError(f"saved program {path.parent}: cannot read {path.name}: {e.strerror}") from e
+    if got != expected["bytes"] or extra or hashlib.sha256(memoryview(blob.numpy())).hexdigest() != expected["sha256"]:
+        raise ArtifactError(f"saved program {path.parent}: {path.name} is damaged (its size or SHA-256 differs from the manifest)")
+    out = {}
+    for c in manifest["constants"]:
+        dtype = DTYPES[c["dtype"]]
+        raw = blob[c["offset"] : c["offset"] + c["bytes"]]
+        out[c["name"]] = raw.view(dtype).reshape(c["shape"]) if c["bytes"] else torch.empty(c["shape"], dtype=dtype)
+    return out

@@ -1,0 +1,183 @@
+"""Saved programs: ``disc.save`` / ``disc.load`` run a compiled model again without compiling.
+
+The loaded program must give eager's results at every shape, reuse the saved
+library only where it was built for this machine, and refuse damaged files
+with an error naming them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import disc
+from disc.runtime.artifact import ArtifactError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Block(nn.Module):
+    """Attention-free encoder block with two outputs in a dict: GEMMs, LayerNorm, GELU, a reduction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(12, 24)
+        self.down = nn.Linear(24, 12)
+        self.norm = nn.LayerNorm(12)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 12))
+
+    def forward(self, x, mask):
+        h = self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))) * self.scale)
+        pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+        return {"hidden": h, "pooled": pooled}
+
+
+DYN = {"x": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}}
+SHAPES = [(2, 5), (1, 1), (3, 17), (1, 64)]
+
+
+def _inputs(b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(b, s, 12), (torch.rand(b, s) > 0.3).float()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[nn.Module, Path]:
+    torch.manual_seed(0)
+    model = Block().eval()
+    cm = disc.compile(model, _inputs(2, 5), dynamic=DYN)
+    assert cm.report.backend.name == "native-cpu"
+    folder = cm.save(tmp_path_factory.mktemp("art") / "block")
+    return model, folder
+
+
+def _check(model: nn.Module, loaded: disc.CompiledModule) -> None:
+    for b, s in SHAPES:
+        args = _inputs(b, s)
+        with torch.no_grad():
+            want = model(*args)
+        got = loaded(*args)
+        assert set(got) == {"hidden", "pooled"}
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5)
+
+
+def _copy(folder: Path, dest: Path) -> Path:
+    dest.mkdir()
+    for f in folder.iterdir():
+        (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
+def test_a_loaded_program_matches_eager_and_reuses_the_saved_library(saved):
+    model, folder = saved
+    assert sorted(p.name for p in folder.iterdir()) == ["constants.bin", "manifest.json", "program.cc", "program.disc", "program.so", "ral.so"]
+    loaded = disc.load(folder)
+    assert loaded.report.source == "disc.load"
+    assert loaded.report.backend.native.build.path == folder / "program.so"
+    _check(model, loaded)
+    with pytest.raises(disc.ShapeError):  # the input checks come with the IR
+        loaded(torch.randn(2, 5, 12), torch.ones(2, 6))
+    with pytest.raises(disc.InputError, match="missing input 'mask'"):
+        loaded(torch.randn(2, 5, 12))
+
+
+def test_loading_in_a_fresh_process_without_a_compiler(saved):
+    # A deployment machine may have no C++ compiler: the saved library is all the program needs.
+    _, folder = saved
+    code = (
+        "import sys, torch, disc\n"
+        "m = disc.load(sys.argv[1])\n"
+        "assert m.report.backend.native.build.path.name == 'program.so', m.report.backend.native.build.path\n"
+        "assert m.executor.ral.path.name == 'ral.so', m.executor.ral.path\n"
+        "out = m(torch.randn(3, 7, 12), torch.ones(3, 7))\n"
+        "print(tuple(out['hidden'].shape), tuple(out['pooled'].shape))\n"
+    )
+    env = {**os.environ, "CXX": "/nonexistent/c++", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[-2] == "(3, 7, 12) (3, 12)"
+
+
+def test_a_library_built_elsewhere_is_rebuilt_here(saved, tmp_path):
+    model, folder = saved
+    other = _copy(folder, tmp_path / "other")
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["native"]["key"] = "0" * 64  # as if another compiler or CPU had built it
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    loaded = disc.load(other)
+    assert loaded.report.backend.native.build.path.parent != other
+    _check(model, loaded)
+
+
+def test_a_damaged_library_is_rebuilt_not_loaded(saved, tmp_path):
+    model, folder = saved
+    other = _copy(folder, tmp_path / "other")
+    lib = bytearray((other / "program.so").read_bytes())
+    lib[len(lib) // 2] ^= 0xFF
+    (other / "program.so").write_bytes(bytes(lib))
+    loaded = disc.load(other)
+    assert loaded.report.backend.native.build.path.parent != other
+    _check(model, loaded)
+
+
+@pytest.mark.parametrize("name", ["constants.bin", "program.disc"])
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_files_are_refused_by_name(saved, tmp_path, name, damage):
+    _, folder = saved
+    other = _copy(folder, tmp_path / "other")
+    data = bytearray((other / name).read_bytes())
+    if damage == "flip":
+        data[len(data) // 3] ^= 0x01
+    else:
+        del data[-5:]
+    (other / name).write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=rf"{name} is damaged"):
+        disc.load(other)
+
+
+def test_not_a_saved_program_or_another_format(saved, tmp_path):
+    _, folder = saved
+    with pytest.raises(ArtifactError, match="is not a saved disc program"):
+        disc.load(tmp_path)
+    other = _copy(folder, tmp_path / "other")
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["format"] = "disc-artifact/0"
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="format 'disc-artifact/0'"):
+        disc.load(other)
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match="is not a saved disc program; not replacing it"):
+        disc.save(disc.load(folder), stray)
+    assert (stray / "notes.txt").read_text() == "mine"
+
+
+def test_saving_again_replaces_the_folder_and_the_reference_backend_round_trips(saved, tmp_path):
+    model, folder = saved
+    ref = disc.compile(model, _inputs(2, 5), dynamic=DYN, backend="reference")
+    target = disc.save(ref, _copy(folder, tmp_path / "again"))
+    assert not (target / "program.so").exists()
+    loaded = disc.load(target)
+    assert loaded.report.backend.name == "reference"
+    _check(model, loaded)
+
+
+class WithFallback(nn.Module):
+    def forward(self, x):
+        return torch.special.bessel_j0(x) + 1  # no disc lowering: runs in PyTorch
+
+
+def test_a_program_with_fallbacks_is_not_saved(tmp_path):
+    cm = disc.compile(WithFallback(), (torch.randn(4),), dynamic={"x": {0: "n"}})
+    assert cm.report.fallbacks
+    with pytest.raises(ArtifactError, match="bessel_j0"):
+        cm.save(tmp_path / "f")
+    assert not (tmp_path / "f").exists()
