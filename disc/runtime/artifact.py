@@ -27,8 +27,8 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -114,21 +114,15 @@ def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
     files = manifest["files"]
     # The parameters are the bulk of the bytes: they are read and hashed while the IR is parsed
     # and lowered against placeholders of their shapes (lowering reads no parameter values).
-    holder: dict[str, Any] = {}
-    reader = threading.Thread(target=lambda: holder.update(_read_constants(folder, manifest)), daemon=True)
-    reader.start()
     placeholders = {c["name"]: torch.empty(c["shape"], dtype=DTYPES[c["dtype"]], device="meta") for c in manifest["constants"]}
     chosen = backend or ("native" if manifest["backend"] == "native-cpu" else manifest["backend"])
     native = None
-    try:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        constants = pool.submit(_constants, folder / "constants.bin", manifest)
         graph = parse_graph(_checked_bytes(folder / "program.disc", files["program.disc"]).decode(), constants=placeholders)
         if chosen in ("native", "auto") and "native" in manifest:
             native = _native_build(folder, manifest, graph)
-    finally:
-        reader.join()
-    if "error" in holder:
-        raise holder["error"]
-    graph.constants.update(holder["constants"])
+        graph.constants.update(constants.result())
     if native is not None:
         from disc.runtime.native import NativeExecutor
 
@@ -202,20 +196,27 @@ def _digest(data: bytes) -> dict:
 
 def _matches(path: Path, expected: dict) -> bool:
     try:
-        data = path.read_bytes()
+        return _digest(path.read_bytes()) == expected
     except OSError:
         return False
-    return len(data) == expected["bytes"] and hashlib.sha256(data).hexdigest() == expected["sha256"]
 
 
 def _checked_bytes(path: Path, expected: dict) -> bytes:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise ArtifactError(f"saved program {path.parent}: cannot read {path.name}: {e.strerror}") from e
-    if len(data) != expected["bytes"] or hashlib.sha256(data).hexdigest() != expected["sha256"]:
-        raise ArtifactError(f"saved program {path.parent}: {path.name} is damaged (its size or SHA-256 differs from the manifest)")
+        raise _unreadable(path, e) from e
+    if _digest(data) != expected:
+        raise _damaged(path)
     return data
+
+
+def _unreadable(path: Path, e: OSError) -> ArtifactError:
+    return ArtifactError(f"saved program {path.parent}: cannot read {path.name}: {e.strerror}")
+
+
+def _damaged(path: Path) -> ArtifactError:
+    return ArtifactError(f"saved program {path.parent}: {path.name} is damaged (its size or SHA-256 differs from the manifest)")
 
 
 def _read_manifest(folder: Path) -> dict:
@@ -249,13 +250,6 @@ def _write_constants(path: Path, constants: dict[str, torch.Tensor]) -> tuple[li
     return table, h.hexdigest(), offset
 
 
-def _read_constants(folder: Path, manifest: dict) -> dict:
-    try:
-        return {"constants": _constants(folder / "constants.bin", manifest)}
-    except Exception as e:  # handed to the loading thread, which raises it
-        return {"error": e}
-
-
 def _constants(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
     expected = manifest["files"]["constants.bin"]
     blob = torch.empty(expected["bytes"], dtype=torch.uint8)  # torch's allocator aligns to 64 bytes
@@ -264,9 +258,9 @@ def _constants(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
             got = f.readinto(memoryview(blob.numpy()))
             extra = f.read(1)
     except OSError as e:
-        raise ArtifactError(f"saved program {path.parent}: cannot read {path.name}: {e.strerror}") from e
+        raise _unreadable(path, e) from e
     if got != expected["bytes"] or extra or hashlib.sha256(memoryview(blob.numpy())).hexdigest() != expected["sha256"]:
-        raise ArtifactError(f"saved program {path.parent}: {path.name} is damaged (its size or SHA-256 differs from the manifest)")
+        raise _damaged(path)
     out = {}
     for c in manifest["constants"]:
         dtype = DTYPES[c["dtype"]]

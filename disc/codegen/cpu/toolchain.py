@@ -210,8 +210,14 @@ def build_key(source: str, *, flags: Sequence[str] = (), libs: Sequence[str] = (
 
     Equal keys mean a library built elsewhere (a saved artifact's) is the one ``build`` would make.
     """
+    return _resolve(source, flags, libs, include_dirs)[2]
+
+
+def _resolve(source: str, flags: Sequence[str], libs: Sequence[str], include_dirs: Sequence[str | os.PathLike]) -> tuple[str, list[str], str]:
+    """(compiler, include folders, cache key) of a build."""
+    compiler = find_compiler()
     incs = [str(RAL_INCLUDE_DIR), *(str(d) for d in include_dirs)]
-    return _cache_key(find_compiler(), source, list(flags), list(libs), incs)
+    return compiler, incs, _cache_key(compiler, source, list(flags), list(libs), incs)
 
 
 def host_digest() -> str:
@@ -235,9 +241,7 @@ def build(
     compiles are announced through ``progress`` (default: the "disc" logger at INFO). Raises
     CompileError with the compiler's stderr and the saved source's path on failure.
     """
-    key = build_key(source, flags=flags, libs=libs, include_dirs=include_dirs)
-    compiler = find_compiler()
-    incs = [str(RAL_INCLUDE_DIR), *(str(d) for d in include_dirs)]
+    compiler, incs, key = _resolve(source, flags, libs, include_dirs)
     stem = _safe_name(name)
     entry = cache_dir() / key[:32]
     so, sidecar, src = entry / f"{stem}.so", entry / f"{stem}.so.json", entry / f"{stem}.cc"

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import _where, aten, broadcast_to, convert, lower, meta_dtype, norm_axis, reshape, scalar, size_value
+from disc.frontends.torch.lowering import _full, _to_copy, _where, aten, broadcast_to, convert, lower, norm_axis, reshape
 from disc.frontends.torch.lowering_movement import _permute, _split
 from disc.frontends.torch.lowering_nn import (
     _batch_norm,
@@ -25,6 +25,7 @@ from disc.frontends.torch.lowering_nn import (
     _log_softmax,
     _matmul,
     _native_dropout,
+    _pair,
     _softmax,
     max_pool2d,
 )
@@ -78,12 +79,8 @@ def _conv(ctx: Importer, fx_node, x: Node, w: Node, bias: Any = None, stride: An
     spatial = w.tensor_type.rank - 2
     if x.tensor_type.rank != spatial + 2:
         raise LoweringError("a convolution of an unbatched input")  # torch adds and drops the batch dim around it
-
-    def each(v: Any) -> list[int]:
-        v = list(v) if isinstance(v, (list, tuple)) else [v]
-        return v * spatial if len(v) == 1 else v
-
-    return _convolution(ctx, fx_node, x, w, bias, each(stride), each(padding), each(dilation), False, [0] * spatial, groups)
+    geometry = [_pair(v, spatial) for v in (stride, padding, dilation)]
+    return _convolution(ctx, fx_node, x, w, bias, *geometry, False, [0] * spatial, groups)
 
 
 @lower(aten.max_pool2d.default)
@@ -116,23 +113,19 @@ def _numpy_t(ctx: Importer, fx_node, x: Node) -> Node:
     return _permute(ctx, fx_node, x, list(reversed(range(x.tensor_type.rank))))
 
 
-@lower(aten.to.dtype, aten.type_as.default)
-def _to_dtype(ctx: Importer, fx_node, x: Node, *args: Any, **kwargs: Any) -> Node:
-    return convert(ctx, x, meta_dtype(fx_node))
-
+lower(aten.to.dtype, aten.type_as.default)(_to_copy)  # the result's dtype is in torch's meta
 
 _FILL = {aten.ones.default: 1, aten.zeros.default: 0, aten.new_ones.default: 1, aten.new_zeros.default: 0}
 
 
 @lower(*_FILL)
 def _fill(ctx: Importer, fx_node, *args: Any, **kw: Any) -> Node:
-    size = args[-1]  # new_ones(self, size) or ones(size)
-    return broadcast_to(ctx, scalar(ctx, _FILL[fx_node.target], meta_dtype(fx_node)), [size_value(ctx, s) for s in size])
+    return _full(ctx, fx_node, args[-1], _FILL[fx_node.target])  # new_ones(self, size) or ones(size)
 
 
 @lower(aten.new_full.default)
 def _new_full(ctx: Importer, fx_node, x: Node, size: Sequence[Any], value: Any, **kw: Any) -> Node:
-    return broadcast_to(ctx, scalar(ctx, value, meta_dtype(fx_node)), [size_value(ctx, s) for s in size])
+    return _full(ctx, fx_node, size, value)
 
 
 @lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
