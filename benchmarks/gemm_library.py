@@ -1,11 +1,14 @@
 """GEMM and conv2d throughput of the CPU RAL (oneDNN and builtin) next to torch.
 
 Run as ``python -m benchmarks.gemm_library [--out PATH] [--repeats N] [--quick]``. Shapes:
-BERT projections (M = batch*seq in {64, 512, 3072} by six (K, N)), attention batched GEMMs
+BERT projections (M = batch*seq in {16, 64, 512, 3072} by six (K, N), with B stored [K, N] and,
+"W^T", as torch's Linear stores its weight), attention batched GEMMs
 (8 x 12 heads, S in {128, 384}, D = 64, QK^T and PV on strided views of a fused QKV buffer,
 as a compiled program sees them) and a few ResNet-18 convolutions (batch 1, 224 px). Systems
 are timed interleaved (one call of each per round) and the median round is reported, so a
 transient load on the machine hits every system alike. Prints a table and writes JSON.
+``DISC_RAL_GEMM=sgemm`` (or ``=matmul``) in the environment forces the RAL's GEMM routine, to
+measure its choice by shape against either routine alone.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch.nn.functional as F
 from disc.codegen.cpu import toolchain
 from disc.runtime.ral import Ral, conv2d_args, gemm_args, load_ral
 
-BERT_M = (64, 512, 3072)
+BERT_M = (16, 64, 512, 3072)
 BERT_KN = ((256, 256), (256, 1024), (1024, 256), (768, 768), (768, 3072), (3072, 768))
 # (name, ci, co, kernel, stride, padding, input spatial size at 224 px)
 RESNET18_CONVS = (
@@ -75,8 +78,10 @@ def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
     cases = []
     for m in BERT_M[:2] if quick else BERT_M:
         for k, n in BERT_KN:
-            a, b = torch.randn(m, k), torch.randn(k, n)
-            cases.append((f"bert M={m} K={k} N={n}", a, b, torch.empty(m, n), 2.0 * m * n * k))
+            a = torch.randn(m, k)
+            cases.append((f"bert M={m} K={k} N={n}", a, torch.randn(k, n), torch.empty(m, n), 2.0 * m * n * k))
+            # B as torch's Linear stores its weight ([N, K], read transposed), as compiled models pass it
+            cases.append((f"bert M={m} K={k} N={n} W^T", a, torch.randn(n, k).t(), torch.empty(m, n), 2.0 * m * n * k))
     B, h, D = 8, 12, 64
     for S in (128,) if quick else (128, 384):
         qkv = torch.randn(B, S, 3 * h * D)

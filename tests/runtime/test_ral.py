@@ -303,3 +303,62 @@ def test_without_dnnl_the_builtin_is_selected(monkeypatch):
     with pytest.raises(CompileError, match="oneDNN"):
         load_ral("dnnl")
     assert ral_mod.build_ral("auto").path.name == "ral_cpu_builtin.so"
+
+
+needs_dnnl = pytest.mark.skipif(not toolchain.have_dnnl(), reason="oneDNN not installed")
+
+
+@needs_dnnl
+def test_gemm_routine_is_chosen_by_shape():
+    # A weight stored [n, k] with k >= 2n and at least 16 rows goes to the matmul primitive;
+    # fewer rows, a [k, n] weight or k < 2n stay on dnnl_sgemm (no plan is created for them).
+    ral = load_ral("dnnl")
+    cases = [((16, 64, 32), "t", True), ((33, 3 * 64 + 5, 64), "t", True), ((15, 64, 32), "t", False),
+             ((64, 64, 32), "n", False), ((64, 64, 48), "t", False), ((4096, 512, 256), "t", True),
+             ((4097, 512, 256), "t", False)]  # m * n <= 2^20
+    for (m, k, n), hb, matmul in cases:
+        a, b = torch.randn(m, k), _operand(k, n, hb)
+        before = ral.cache_entries()["matmul_plans"]
+        assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4, (m, k, n, hb)
+        assert (ral.cache_entries()["matmul_plans"] > before) == matmul, (m, k, n, hb)
+        before = ral.cache_entries()["matmul_plans"]
+        ral.gemm(torch.randn(m, k), b)  # the same shape again reuses its plan
+        assert ral.cache_entries()["matmul_plans"] == before
+
+
+_FORCED_MATMUL = r"""
+import torch
+from disc.runtime.ral import load_ral
+ral = load_ral("dnnl")
+def op(r, c, how):
+    return {"n": lambda: torch.randn(r, c), "t": lambda: torch.randn(c, r).t(),
+            "gap": lambda: torch.randn(r, 2 * c + 1)[:, : 2 * c : 2]}[how]()
+worst = 0.0
+for m, n, k in [(1, 1, 1), (1, 7, 5), (17, 1, 64), (2, 33, 1), (37, 45, 300), (200, 600, 70)]:
+    for ha in ("n", "t", "gap"):
+        for hb in ("n", "t", "gap"):
+            a, b = op(m, k, ha), op(k, n, hb)
+            out = torch.randn(m, 2 * n + 3)[:, :n]  # C with a row stride wider than n
+            ral.gemm(a, b, out)
+            ref = a.double() @ b.double()
+            worst = max(worst, float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1.0)))
+x = torch.randn(2, 3, 13, 8)
+y = torch.randn(2, 3, 8, 13)
+worst = max(worst, float((ral.gemm(x, y).double() - x.double() @ y.double()).abs().max()))
+print(worst, ral.cache_entries()["matmul_plans"])
+"""
+
+
+@needs_dnnl
+def test_gemm_forced_through_the_matmul_primitive():
+    # DISC_RAL_GEMM=matmul sends every GEMM the primitive can take (no packing, alpha 1, beta 0)
+    # through it: degenerate extents, transposed and gapped operands, a strided C, batches.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DISC_RAL_GEMM": "matmul"}
+    out = subprocess.run([sys.executable, "-c", _FORCED_MATMUL], env=env, capture_output=True, text=True, check=True).stdout
+    worst, plans = out.split()
+    assert float(worst) <= 1e-4
+    assert int(plans) > 10

@@ -1,8 +1,9 @@
 // disc CPU runtime abstraction layer: the `disc_ral` table that generated CPU programs call.
 //
 // Built by disc.runtime.ral.load_ral() through the toolchain. With DISC_HAVE_DNNL defined,
-// GEMM goes to dnnl_sgemm and convolution to oneDNN's convolution primitive; without it, the
-// builtin fallbacks below (packed, cache-blocked loops with OpenMP) compute the same results.
+// GEMM goes to dnnl_sgemm or oneDNN's matmul primitive (chosen by shape) and convolution to
+// oneDNN's convolution primitive; without it, the builtin fallbacks below (packed,
+// cache-blocked loops with OpenMP) compute the same results.
 //
 // Thread-safety: every entry point may be called concurrently from many host threads. State
 // shared between calls (oneDNN engine, primitive and reordered-weight caches) is immutable
@@ -248,7 +249,39 @@ Layout choose_layout(int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
   return {'N', std::max<int64_t>(cols, 1), true};
 }
 
-int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g) {
+bool run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc, int32_t* rc);
+
+// Which oneDNN routine runs a GEMM, from its shape at run time. dnnl_sgemm with B passed 'T'
+// (a weight stored [n, k], as torch's Linear keeps it) is slow when k is large next to n: the
+// FFN down-projections ran at 65-250 GFLOP/s where oneDNN's matmul primitive (brgemm kernels
+// that copy B's blocks as they go) reaches 130-285, at every m from 16 rows up to about 2^20
+// output elements; past that, and for fewer than 16 rows or other shapes, dnnl_sgemm is as fast
+// or faster (`python -m benchmarks.gemm_library`, 2-core AVX-512 Xeon). DISC_RAL_GEMM=sgemm or
+// =matmul forces one routine for every GEMM the matmul primitive can take (tests, benchmarks).
+enum class GemmRoutine { kAuto, kSgemm, kMatmul };
+
+GemmRoutine gemm_routine_override() {
+  static const GemmRoutine mode = [] {
+    const char* v = std::getenv("DISC_RAL_GEMM");
+    const std::string s = v ? v : "";
+    return s == "sgemm" ? GemmRoutine::kSgemm : s == "matmul" ? GemmRoutine::kMatmul : GemmRoutine::kAuto;
+  }();
+  return mode;
+}
+
+// `parallel` is false for one GEMM of a batch run one per thread: small ones, where the
+// primitive's per-call setup (memory objects, a stream) would cost more than it saves.
+bool prefer_matmul(const Gemm2D& g, const Layout& la, const Layout& lb, bool parallel) {
+  if (la.pack || lb.pack || g.alpha != 1.0f || g.beta != 0.0f) return false;  // the primitive is set up for C = A @ B
+  switch (gemm_routine_override()) {
+    case GemmRoutine::kSgemm: return false;
+    case GemmRoutine::kMatmul: return true;
+    case GemmRoutine::kAuto: break;
+  }
+  return parallel && lb.trans == 'T' && g.k >= 2 * g.n && g.m >= 16 && g.m * g.n <= (int64_t{1} << 20);
+}
+
+int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   if (g.m == 0 || g.n == 0) return 0;
   if (g.k == 0) {
     scale_c(g);
@@ -256,6 +289,8 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g) {
   }
   Layout la = choose_layout(g.ars, g.acs, g.m, g.k);
   Layout lb = choose_layout(g.brs, g.bcs, g.k, g.n);
+  int32_t rc = 0;
+  if (prefer_matmul(g, la, lb, parallel) && run_brgemm(ctx, g, la, lb, g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs, &rc)) return rc;
   Scratch pa(ctx, la.pack ? g.m * g.k * int64_t(sizeof(float)) : 0);
   Scratch pb(ctx, lb.pack ? g.k * g.n * int64_t(sizeof(float)) : 0);
   if ((la.pack && pa.ptr == nullptr) || (lb.pack && pb.ptr == nullptr)) return 1;
@@ -274,8 +309,7 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g) {
 
 int32_t gemm_2d(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
 #ifdef DISC_HAVE_DNNL
-  (void)parallel;  // oneDNN threads by itself and runs single-threaded inside a parallel region
-  return dnnl_gemm(ctx, g);
+  return dnnl_gemm(ctx, g, parallel);  // oneDNN threads by itself, single-threaded inside a parallel region
 #else
   return builtin_gemm(ctx, g, parallel);
 #endif
@@ -770,6 +804,59 @@ void run(const dnnl::primitive& p, dnnl::stream& s, std::unordered_map<int, memo
   p.execute(s, args);
 }
 
+// --- the matmul primitive for one 2-D GEMM. Plans are keyed by extents and strides (m changes
+// with the input shape; creating a primitive takes 0.05-0.2 ms, so each shape pays it once).
+constexpr int kMatmulKeyLen = 8;
+using MatmulKey = std::array<int64_t, kMatmulKeyLen>;
+
+struct MatmulPlan {
+  dnnl::matmul prim;
+  size_t scratch = 0;
+  memory::desc a, b, c;
+  bool usable = false;  // oneDNN chose a brgemm kernel (else dnnl_sgemm is as good or better)
+};
+
+memory::desc operand_desc(int64_t rows, int64_t cols, const Layout& l) {
+  return memory::desc({rows, cols}, memory::data_type::f32, l.trans == 'N' ? memory::dims{l.ld, 1} : memory::dims{1, l.ld});
+}
+
+std::shared_ptr<const MatmulPlan> make_matmul_plan(const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
+  auto plan = std::make_shared<MatmulPlan>();
+  plan->a = operand_desc(g.m, g.k, la);
+  plan->b = operand_desc(g.k, g.n, lb);
+  plan->c = memory::desc({g.m, g.n}, memory::data_type::f32, memory::dims{ldc, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->a, plan->b, plan->c), user_scratchpad(), cpu_engine());
+  plan->usable = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+  plan->prim = dnnl::matmul(pd);
+  plan->scratch = pd.scratchpad_desc().get_size();
+  return plan;
+}
+
+SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>& matmul_cache() {
+  static auto* cache = new SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>();  // never destroyed
+  return *cache;
+}
+
+// Runs g through the matmul primitive if oneDNN has a brgemm kernel for it; false: use dnnl_sgemm.
+bool run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc, int32_t* rc) {
+  const MatmulKey key{g.m, g.n, g.k, la.trans, la.ld, lb.trans, lb.ld, ldc};
+  std::shared_ptr<const MatmulPlan> plan = matmul_cache().find(key);
+  if (!plan) plan = matmul_cache().insert(key, make_matmul_plan(g, la, lb, ldc), kMaxPlans);
+  if (!plan->usable) return false;
+  Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
+  if (plan->scratch > 0 && scratch.ptr == nullptr) return *rc = 1, true;
+  dnnl::engine& eng = cpu_engine();
+  dnnl::stream s(eng);
+  run(plan->prim, s,
+      {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<float*>(g.a))},
+       {DNNL_ARG_WEIGHTS, memory(plan->b, eng, const_cast<float*>(g.b))},
+       {DNNL_ARG_DST, memory(plan->c, eng, g.c)}},
+      plan->scratch, scratch.ptr);
+  s.wait();
+  *rc = 0;
+  return true;
+}
+
 int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   const ConvKey key = conv_key(x);
   std::shared_ptr<const ConvPlan> plan = plan_cache().find(key);
@@ -1013,10 +1100,11 @@ const char* library_name() {
 
 }  // namespace
 
-// Not part of the ABI: cache sizes for tests and diagnostics (0: conv plans, 1: packed weights).
+// Not part of the ABI: cache sizes for tests and diagnostics (0: conv plans, 1: packed weights,
+// 2: matmul-primitive plans).
 extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_entries(int32_t which) {
 #ifdef DISC_HAVE_DNNL
-  return which == 0 ? plan_cache().size() : which == 1 ? weight_cache().size() : -1;
+  return which == 0 ? plan_cache().size() : which == 1 ? weight_cache().size() : which == 2 ? matmul_cache().size() : -1;
 #else
   (void)which;
   return 0;
