@@ -297,3 +297,26 @@ def test_sums_with_and_without_keepdim_in_one_kernel():
         want = ReferenceExecutor(g).run([x])
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_program_split_into_translation_units_runs_like_one(monkeypatch, tmp_path):
+    # Kernels in one unit, the host flow calling them in another: the prototypes in the common
+    # part link them; only the entry points are exported.
+    import ctypes
+
+    from disc.codegen.cpu import toolchain
+
+    monkeypatch.setenv("DISC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(toolchain, "MIN_SPLIT_CHARS", 0)
+    monkeypatch.setattr(toolchain, "_jobs", lambda: 3)
+    units, real = [], toolchain._compile
+    monkeypatch.setattr(toolchain, "_compile", lambda cmds, *a: units.append(len(cmds)) or real(cmds, *a))
+    m = Attention()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    assert len(cm.executor.native.source.kernels) >= 2 and 3 in units  # (the RAL builds too, in this fresh cache)
+    for b, t in [(1, 1), (2, 5), (3, 17)]:
+        _check(cm, m, (torch.randn(b, t, 32),), tol=1e-4)
+    lib = ctypes.CDLL(str(cm.executor.native.build.path))
+    assert hasattr(lib, "disc_run")
+    for kernel in cm.executor.native.source.kernels:
+        assert not hasattr(lib, kernel.function(0)), kernel.name

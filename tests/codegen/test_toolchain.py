@@ -124,3 +124,58 @@ def test_dnnl_can_be_disabled(monkeypatch):
         assert toolchain.have_dnnl() is False
     else:  # headers present: True exactly when the link probe builds
         assert toolchain.have_dnnl() is toolchain._dnnl_links(str(toolchain.dnnl_root() or ""))
+
+
+def _sectioned(values: list[int]) -> str:
+    """A source of one common part and a section per value (a function returning it), plus a sum."""
+    common = "static int twice(int x) { return 2 * x; }\n" + "".join(f"int part{i}();\n" for i in range(len(values)))
+    sections = [f"int part{i}() {{ return twice({v}); }}" for i, v in enumerate(values)]
+    total = 'extern "C" int disc_answer() { return ' + " + ".join(f"part{i}()" for i in range(len(values))) + "; }"
+    marker = f"\n{toolchain.UNIT_MARKER}\n"
+    return common + marker + marker.join([*sections, total]) + "\n"
+
+
+def test_split_units_balances_sections_and_keeps_their_order():
+    source = _sectioned([1, 2, 3, 4, 5])
+    assert toolchain.split_units(source, 1) == [source]
+    assert toolchain.split_units("int x;\n", 4) == ["int x;\n"]  # no markers: one unit
+    common = source.split(f"\n{toolchain.UNIT_MARKER}\n")[0]
+    sections = source.split(f"\n{toolchain.UNIT_MARKER}\n")[1:]
+    for jobs in (2, 3, 6, 20):
+        units = toolchain.split_units(source, jobs)
+        assert len(units) == min(jobs, len(sections))
+        seen = []
+        for unit in units:
+            assert unit.startswith(common)
+            mine = [s for s in sections if s in unit]
+            assert [unit.index(s) for s in mine] == sorted(unit.index(s) for s in mine)  # source order
+            seen += mine
+        assert sorted(seen) == sorted(sections)  # every section in exactly one unit
+    sizes = [len(u) - len(common) for u in toolchain.split_units(_sectioned([1] * 8), 2)]
+    assert abs(sizes[0] - sizes[1]) <= max(len(s) for s in sections)
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_sectioned_source_builds_at_any_unit_count(monkeypatch, jobs):
+    monkeypatch.setattr(toolchain, "_jobs", lambda: jobs)
+    monkeypatch.setattr(toolchain, "MIN_SPLIT_CHARS", 0)
+    compiles, real = [], toolchain._compile
+    monkeypatch.setattr(toolchain, "_compile", lambda cmds, *a: compiles.append(len(cmds)) or real(cmds, *a))
+    built = toolchain.build(_sectioned([10, 20, 30, 40 + jobs]), "units")
+    assert compiles == [jobs]  # one compiler process per unit, run together
+    assert answer(built.path) == 2 * (100 + jobs)
+    monkeypatch.setattr(toolchain, "MIN_SPLIT_CHARS", 10**6)
+    compiles.clear()
+    toolchain.build(_sectioned([1, 2, 3, jobs]), "small")
+    assert compiles == [1]  # a small source is one unit
+    assert sorted(p.name for p in built.path.parent.iterdir()) == ["units.cc", "units.so", "units.so.json"]  # units cleaned up
+
+
+def test_an_error_in_one_unit_names_that_unit(monkeypatch):
+    monkeypatch.setattr(toolchain, "_jobs", lambda: 2)
+    monkeypatch.setattr(toolchain, "MIN_SPLIT_CHARS", 0)
+    source = _sectioned([1, 2, 3]).replace("return twice(2);", "return twice(2) +;")
+    with pytest.raises(CompileError) as info:
+        toolchain.build(source, "broken_unit")
+    unit = str(info.value).split("source: ", 1)[1].split("\n", 1)[0]
+    assert ".unit" in unit and "twice(2) +;" in open(unit).read() and "error" in str(info.value)

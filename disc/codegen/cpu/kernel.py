@@ -73,6 +73,7 @@ class KernelSource:
     versions: list[str]  # speculation versions, e.g. ["no-broadcast", "general"]
     conditions: list[str]  # per version, the C++ condition (over s.) under which it may run; the last is "true"
     params: list[Node] = field(default_factory=list)  # buffers in parameter order: outputs, then inputs
+    declarations: list[str] = field(default_factory=list)  # one prototype per version (the host flow may sit in another unit)
 
     def function(self, k: int) -> str:
         """The C++ name of version ``k``."""
@@ -484,7 +485,7 @@ def _signature(name: str, step: KernelStep) -> str:
             continue
         params.append(f"const {C_TYPES[n.dtype]}* __restrict__ in{k}")
         k += 1
-    return f"static void {name}({', '.join(params)})"
+    return f"DISC_HIDDEN void {name}({', '.join(params)})"
 
 
 def _parallel(work: str) -> str:
@@ -975,6 +976,7 @@ def emit_kernel(step: KernelStep, names: SymbolNames, name: str) -> KernelSource
             cached = f"; row cache holds the {', '.join(n.op for n in em.cached)} values" if em.cached else ""
             parts.append(f"// version {label}: when {cond}{cached}")
         parts += [sig.replace(name, source.function(k)) + " {", *em.prologue(), *em.w.lines, "}"]
+        source.declarations.append(sig.replace(name, source.function(k)) + ";")
     source.text = "\n".join(parts)
     return source
 

@@ -107,6 +107,9 @@ PRELUDE = r"""
 #include <vector>
 #include "ral.h"
 
+// Kernels are shared between the program's translation units but not exported from its library.
+#define DISC_HIDDEN __attribute__((visibility("hidden")))
+
 // glibc's vector math library (libmvec) has SIMD versions of these; declaring them lets
 // `#pragma omp simd` loops call them instead of falling back to scalar code (glibc only
 // declares them itself under -ffast-math, which would also drop NaN/inf semantics).
@@ -194,7 +197,7 @@ static inline int64_t disc_align(int64_t bytes) { return (bytes + 63) & ~int64_t
 // not overlap the slots clash[clash_start[i] .. clash_start[i+1]) (live at the same time).
 // Largest first, each at the lowest offset clear of its already placed clashing slots
 // (first-fit decreasing): deterministic, so disc_shapes and disc_run agree.
-static int64_t disc_place_slots(int n, const int64_t* bytes, const int32_t* clash_start, const int32_t* clash, int64_t* off) {
+static inline int64_t disc_place_slots(int n, const int64_t* bytes, const int32_t* clash_start, const int32_t* clash, int64_t* off) {
   std::vector<int> order(n);
   std::vector<char> placed(n, 0);
   std::vector<std::pair<int64_t, int64_t>> taken;

@@ -40,6 +40,13 @@ DNNL_HEADER = Path("/usr/include/oneapi/dnnl/dnnl.h")
 SLOW_COMPILE_S = 1.0
 # Keep the start of the compiler's stderr: the first errors are the useful ones.
 MAX_STDERR_CHARS = 4000
+# A line of its own in a source: what precedes the first one is common to every translation unit,
+# each section after one may be compiled as a unit of its own (in parallel, then linked).
+UNIT_MARKER = "// disc: translation unit"
+MAX_UNITS = 8
+# Smaller sources build as one unit: each unit parses the standard headers again (~0.35 s) and
+# a test suite building many small programs side by side has no idle core to give them.
+MIN_SPLIT_CHARS = 32_000
 
 logger = logging.getLogger("disc")
 
@@ -190,19 +197,56 @@ def _safe_name(name: str) -> str:
     return cleaned or "module"
 
 
-def _compile(cmd: list[str], name: str, lines: int, report: Callable[[str], None]) -> subprocess.CompletedProcess:
+def _compile(cmds: list[list[str]], name: str, lines: int, report: Callable[[str], None]) -> list[subprocess.CompletedProcess]:
+    """Run the compiler commands at once; announce them (and their time) if they are slow."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=SLOW_COMPILE_S)
-        announced = False
-    except subprocess.TimeoutExpired:
-        report(f"disc: compiling {name} ({lines} lines)...")
-        announced = True
-        out, err = proc.communicate()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd in cmds]
+    results, announced = [], False
+    for cmd, proc in zip(cmds, procs):
+        try:
+            left = SLOW_COMPILE_S - (time.perf_counter() - start)
+            out, err = proc.communicate(timeout=max(left, 0.01)) if not announced else proc.communicate()
+        except subprocess.TimeoutExpired:
+            units = f", {len(cmds)} units in parallel" if len(cmds) > 1 else ""
+            report(f"disc: compiling {name} ({lines} lines{units})...")
+            announced = True
+            out, err = proc.communicate()
+        results.append(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
     if announced:
         report(f"disc: compiled {name} in {time.perf_counter() - start:.1f} s")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return results
+
+
+def split_units(source: str, jobs: int) -> list[str]:
+    """``source`` as at most ``jobs`` translation units of about equal size (see UNIT_MARKER).
+
+    Each unit is the common part followed by its sections in source order; the largest sections
+    are dealt out first, each to the unit with the least code so far. Without markers, or with
+    one job, the source is its only unit.
+    """
+    common, *sections = source.split(f"\n{UNIT_MARKER}\n")
+    if jobs <= 1 or len(sections) <= 1:
+        return [source]
+    jobs = min(jobs, len(sections))
+    sizes = [0] * jobs
+    members: list[list[int]] = [[] for _ in range(jobs)]
+    for i in sorted(range(len(sections)), key=lambda i: -len(sections[i])):
+        u = sizes.index(min(sizes))
+        members[u].append(i)
+        sizes[u] += len(sections[i])
+    return ["\n".join([common, *(sections[i] for i in sorted(m))]) for m in members]
+
+
+def _jobs() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, MAX_UNITS))
+
+
+def _compile_error(name: str, compiler: str, proc: subprocess.CompletedProcess, src: Path) -> CompileError:
+    err = (proc.stderr or proc.stdout).strip()
+    if len(err) > MAX_STDERR_CHARS:
+        err = err[:MAX_STDERR_CHARS] + "\n... (truncated)"
+    return CompileError(f"disc: compiling {name} failed ({Path(compiler).name} exit {proc.returncode}); source: {src}\n{err}")
 
 
 def build_key(source: str, *, flags: Sequence[str] = (), libs: Sequence[str] = (), include_dirs: Sequence[str | os.PathLike] = ()) -> str:
@@ -257,20 +301,35 @@ def build(
     _write_atomic(src, source.encode())
     fd, tmp = tempfile.mkstemp(dir=entry, prefix=f".{stem}.", suffix=".so.tmp")
     os.close(fd)
+    units = split_units(source, _jobs()) if len(source) >= MIN_SPLIT_CHARS else [source]
+    unit_paths: list[Path] = []
     try:
-        cmd = [compiler, *BASE_FLAGS, *flags, *(f"-I{d}" for d in incs), str(src), "-o", tmp, *libs]
+        head = [compiler, *BASE_FLAGS, *flags, *(f"-I{d}" for d in incs)]
         report = progress or logger.info
-        proc = _compile(cmd, name, source.count("\n") + 1, report)
-        if proc.returncode != 0:
-            err = (proc.stderr or proc.stdout).strip()
-            if len(err) > MAX_STDERR_CHARS:
-                err = err[:MAX_STDERR_CHARS] + "\n... (truncated)"
-            raise CompileError(f"disc: compiling {name} failed ({Path(compiler).name} exit {proc.returncode}); source: {src}\n{err}")
+        lines = source.count("\n") + 1
+        if len(units) == 1:
+            cmds = [[*head, str(src), "-o", tmp, *libs]]
+        else:  # compile the units side by side (one per core), then link them
+            unit_paths = [Path(tmp.removesuffix(".so.tmp") + f".unit{i}.cc") for i in range(len(units))]  # unique like tmp
+            for path, text in zip(unit_paths, units):
+                path.write_text(text)
+            cmds = [[*head, "-c", str(path), "-o", str(path.with_suffix(".o"))] for path in unit_paths]
+        for cmd, proc in zip(cmds, _compile(cmds, name, lines, report)):
+            if proc.returncode != 0:
+                raise _compile_error(name, compiler, proc, Path(cmd[cmd.index("-o") - 1]))
+        if unit_paths:
+            link = [*head, *(str(p.with_suffix(".o")) for p in unit_paths), "-o", tmp, *libs]
+            proc = subprocess.run(link, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise _compile_error(name, compiler, proc, src)
         data = Path(tmp).read_bytes()
         meta = {"format": CACHE_FORMAT, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "name": name}
         os.replace(tmp, so)
         _write_atomic(sidecar, json.dumps(meta).encode())
     finally:
         Path(tmp).unlink(missing_ok=True)
+    for path in unit_paths:  # reached only on success: a failed unit stays for its error message
+        path.unlink(missing_ok=True)
+        path.with_suffix(".o").unlink(missing_ok=True)
     return BuildResult(so, src, False, key)
 
