@@ -7,8 +7,8 @@ BERT projections (M = batch*seq in {16, 64, 512, 3072} by six (K, N), with B sto
 as a compiled program sees them) and a few ResNet-18 convolutions (batch 1, 224 px). Systems
 are timed interleaved (one call of each per round) and the median round is reported, so a
 transient load on the machine hits every system alike. Prints a table and writes JSON.
-``DISC_RAL_GEMM=sgemm`` (or ``=matmul``) in the environment forces the RAL's GEMM routine, to
-measure its choice by shape against either routine alone.
+``ral-onednn`` picks its GEMM routine by shape; ``ral-onednn-sgemm`` is the same library with
+every GEMM forced to ``dnnl_sgemm``, timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -17,15 +17,18 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from disc.codegen.cpu import toolchain
-from disc.runtime.ral import Ral, conv2d_args, gemm_args, load_ral
+from disc.runtime.ral import Ral, conv2d_args, gemm_args, load_ral, open_ral
 
 BERT_M = (16, 64, 512, 3072)
 BERT_KN = ((256, 256), (256, 1024), (1024, 256), (768, 768), (768, 3072), (3072, 768))
@@ -44,20 +47,50 @@ def _rals() -> dict[str, Ral]:
     rals = {}
     if toolchain.have_dnnl():
         rals["ral-onednn"] = load_ral("dnnl")
+        rals["ral-onednn-sgemm"] = _sgemm_only_ral(rals["ral-onednn"])
     rals["ral-builtin"] = load_ral("builtin")
     return rals
 
 
+def _sgemm_only_ral(ral: Ral) -> Ral:
+    """The oneDNN RAL with its GEMM routine forced to dnnl_sgemm (what it did before choosing by shape).
+
+    A copy of the library at another path is a second instance with its own statics; the routine
+    override (DISC_RAL_GEMM) is read at its first GEMM, made here while the variable is set.
+    """
+    copy = Path(tempfile.mkdtemp(prefix="disc-ral-sgemm-")) / ral.path.name
+    shutil.copyfile(ral.path, copy)
+    before = os.environ.get("DISC_RAL_GEMM")
+    os.environ["DISC_RAL_GEMM"] = "sgemm"
+    try:
+        forced = open_ral(copy)
+        args, _ = gemm_args(torch.ones(16, 64), torch.ones(32, 64).t(), torch.empty(16, 32))
+        forced.call_gemm(args)
+    finally:
+        if before is None:
+            os.environ.pop("DISC_RAL_GEMM")
+        else:
+            os.environ["DISC_RAL_GEMM"] = before
+    return forced
+
+
 def _interleaved(fns: dict[str, Callable[[], object]], repeats: int, budget_s: float) -> dict[str, float]:
-    """Median seconds per call of each fn, timing one call of each per round."""
+    """Median seconds per call of each fn, timing one call of each per round (order rotated).
+
+    Each timed call follows an untimed one of the same fn: torch and the RAL run on different
+    OpenMP runtimes, and the first call after the other's wakes its sleeping threads (up to 40%
+    of a 16-row GEMM), which a compiled program's consecutive calls do not pay.
+    """
     for fn in fns.values():  # warm-up: primitive creation, weight packing, page faults
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     start = time.perf_counter()
     for r in range(repeats):
-        for name, fn in fns.items():
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fns[name]()
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             times[name].append(time.perf_counter() - t0)
         if r >= 2 and time.perf_counter() - start > budget_s:  # slow systems on big shapes
             break
@@ -116,15 +149,15 @@ def bench_conv(rals: dict[str, Ral], repeats: int) -> list[dict]:
     return rows
 
 
-COLUMNS = ("ral-onednn", "ral-builtin", "torch")
+COLUMNS = ("ral-onednn", "ral-onednn-sgemm", "ral-builtin", "torch")
 
 
 def _print_header() -> None:
-    print(f"{'case':44s}" + "".join(f"{c + ' GF/s':>18s}" for c in COLUMNS))
+    print(f"{'case':44s}" + "".join(f"{c + ' GF/s':>22s}" for c in COLUMNS))
 
 
 def _print_row(row: dict) -> None:
-    cells = "".join(f"{row[c + '_gflops']:18.1f}" if c + "_gflops" in row else f"{'-':>18s}" for c in COLUMNS)
+    cells = "".join(f"{row[c + '_gflops']:22.1f}" if c + "_gflops" in row else f"{'-':>22s}" for c in COLUMNS)
     print(f"{row['case']:44s}{cells}", flush=True)
 
 
@@ -139,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     print("libraries: " + ", ".join(f"{n} = {r.gemm_library}" for n, r in rals.items()))
     _print_header()
     gemm_rows = bench_gemm(rals, opts.repeats, opts.quick)
-    conv_rows = bench_conv(rals, opts.repeats)
+    conv_rows = bench_conv({n: r for n, r in rals.items() if n != "ral-onednn-sgemm"}, opts.repeats)
     result = {
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
         "libraries": {n: r.gemm_library for n, r in rals.items()},
