@@ -308,15 +308,15 @@ def build(
         report = progress or logger.info
         lines = source.count("\n") + 1
         if len(units) == 1:
-            cmds = [[*head, str(src), "-o", tmp, *libs]]
+            inputs, cmds = [src], [[*head, str(src), "-o", tmp, *libs]]
         else:  # compile the units side by side (one per core), then link them
             unit_paths = [Path(tmp.removesuffix(".so.tmp") + f".unit{i}.cc") for i in range(len(units))]  # unique like tmp
             for path, text in zip(unit_paths, units):
                 path.write_text(text)
-            cmds = [[*head, "-c", str(path), "-o", str(path.with_suffix(".o"))] for path in unit_paths]
-        for cmd, proc in zip(cmds, _compile(cmds, name, lines, report)):
+            inputs, cmds = unit_paths, [[*head, "-c", str(p), "-o", str(p.with_suffix(".o"))] for p in unit_paths]
+        for path, proc in zip(inputs, _compile(cmds, name, lines, report)):
             if proc.returncode != 0:
-                raise _compile_error(name, compiler, proc, Path(cmd[cmd.index("-o") - 1]))
+                raise _compile_error(name, compiler, proc, path)
         if unit_paths:
             link = [*head, *(str(p.with_suffix(".o")) for p in unit_paths), "-o", tmp, *libs]
             proc = subprocess.run(link, capture_output=True, text=True, check=False)
