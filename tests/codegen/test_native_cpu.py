@@ -320,3 +320,20 @@ def test_a_program_split_into_translation_units_runs_like_one(monkeypatch, tmp_p
     assert hasattr(lib, "disc_run")
     for kernel in cm.executor.native.source.kernels:
         assert not hasattr(lib, kernel.function(0)), kernel.name
+
+
+class _Powers(nn.Module):
+    def forward(self, x):
+        y = x.abs() + 0.5
+        return torch.pow(x, 2.0) + torch.pow(x, 3.0) - x**2, torch.pow(y, 0.5) + y**-1 + y**-2.0, y**2.5
+
+
+def test_pow_by_a_constant_exponent_is_written_as_products():
+    # PyTorch computes x ** 3 as x * x * x (and 2, 0.5, -1, -2 alike); the kernels do too, so they
+    # vectorise and match eager. Other exponents keep std::pow.
+    m = _Powers()
+    cm = _compile(m, (torch.randn(2, 5),), {"x": BXS})
+    for shape in [(1, 1), (3, 7), (2, 129)]:
+        _check(cm, m, (torch.randn(*shape) * 3,))
+    kernels = cm.executor.native.source.text.split("struct Shapes", 1)[1]  # past the prelude's definitions
+    assert kernels.count("disc_pow(") == 1 and "std::sqrt(" in kernels  # only y ** 2.5 calls pow

@@ -142,6 +142,7 @@ def test_column_reductions_run_in_memory_order_and_match_eager(two_threads, shap
     for call in column:
         # Rows outer, the kept elements inner and contiguous: no load strided by the row length.
         assert "r * cols + j" in call.kernel.text and "j * " not in call.kernel.text
+    torch.manual_seed(sum(shape))  # the same values whichever tests ran before (sums of 1850 terms cancel)
     g, x = torch.randn(*shape), torch.randn(*shape) * 2
     x.view(-1)[-1] = float("nan") if shape[-1] > 1 else x.view(-1)[-1]
 
