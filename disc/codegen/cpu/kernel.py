@@ -213,10 +213,10 @@ class _Emitter:
         spec = get_spec(op)
         if op in UNARY:
             return UNARY[op].format(self.value(n.inputs[0], idx))
-        if op == "pow" and n.dtype in ("f32", "f64") and _literal_scalar(n.inputs[1]) in POW_BY_PRODUCTS:
+        if op == "pow" and n.dtype in ("f32", "f64") and (by_products := POW_BY_PRODUCTS.get(_literal_scalar(n.inputs[1]))):
             # A constant exponent as PyTorch's CPU kernel computes it (x * x * x for 3): std::pow
             # does not vectorise, and GPT-2's tanh-GELU spent 5 ms a layer in pow(x, 3.0).
-            return POW_BY_PRODUCTS[_literal_scalar(n.inputs[1])].format(self.value(n.inputs[0], idx))
+            return by_products.format(self.value(n.inputs[0], idx))
         if op in BINARY:
             return BINARY[op].format(*(self.value(x, idx) for x in n.inputs))
         if op == "select":

@@ -24,6 +24,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -249,7 +250,7 @@ Layout choose_layout(int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
   return {'N', std::max<int64_t>(cols, 1), true};
 }
 
-bool run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc, int32_t* rc);
+std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc);
 
 // Which oneDNN routine runs a GEMM, from its shape at run time. dnnl_sgemm with B passed 'T'
 // (a weight stored [n, k], as torch's Linear keeps it) is slow when k is large next to n: the
@@ -289,8 +290,9 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   }
   Layout la = choose_layout(g.ars, g.acs, g.m, g.k);
   Layout lb = choose_layout(g.brs, g.bcs, g.k, g.n);
-  int32_t rc = 0;
-  if (prefer_matmul(g, la, lb, parallel) && run_brgemm(ctx, g, la, lb, g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs, &rc)) return rc;
+  const int64_t ldc = g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs;
+  if (prefer_matmul(g, la, lb, parallel))
+    if (std::optional<int32_t> rc = run_brgemm(ctx, g, la, lb, ldc)) return *rc;
   Scratch pa(ctx, la.pack ? g.m * g.k * int64_t(sizeof(float)) : 0);
   Scratch pb(ctx, lb.pack ? g.k * g.n * int64_t(sizeof(float)) : 0);
   if ((la.pack && pa.ptr == nullptr) || (lb.pack && pb.ptr == nullptr)) return 1;
@@ -298,7 +300,6 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   const float* b = g.b;
   if (la.pack) pack_dense(g.a, g.ars, g.acs, g.m, g.k, pa.f()), a = pa.f();
   if (lb.pack) pack_dense(g.b, g.brs, g.bcs, g.k, g.n, pb.f()), b = pb.f();
-  int64_t ldc = g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs;
   dnnl_status_t st = dnnl_sgemm(la.trans, lb.trans, g.m, g.n, g.k, g.alpha, a, la.ld, b, lb.ld, g.beta, g.c, ldc);
   if (st != dnnl_success)
     return fail(ctx, "gemm: dnnl_sgemm failed with status %d (m=%lld n=%lld k=%lld)", static_cast<int>(st),
@@ -837,14 +838,15 @@ SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>& matmul_cache() {
   return *cache;
 }
 
-// Runs g through the matmul primitive if oneDNN has a brgemm kernel for it; false: use dnnl_sgemm.
-bool run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc, int32_t* rc) {
+// Runs g through the matmul primitive if oneDNN has a brgemm kernel for it and returns the call's
+// status; nullopt: it has none, use dnnl_sgemm.
+std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
   const MatmulKey key{g.m, g.n, g.k, la.trans, la.ld, lb.trans, lb.ld, ldc};
   std::shared_ptr<const MatmulPlan> plan = matmul_cache().find(key);
   if (!plan) plan = matmul_cache().insert(key, make_matmul_plan(g, la, lb, ldc), kMaxPlans);
-  if (!plan->usable) return false;
+  if (!plan->usable) return std::nullopt;
   Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
-  if (plan->scratch > 0 && scratch.ptr == nullptr) return *rc = 1, true;
+  if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
   dnnl::engine& eng = cpu_engine();
   dnnl::stream s(eng);
   run(plan->prim, s,
@@ -853,8 +855,7 @@ bool run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layo
        {DNNL_ARG_DST, memory(plan->c, eng, g.c)}},
       plan->scratch, scratch.ptr);
   s.wait();
-  *rc = 0;
-  return true;
+  return 0;
 }
 
 int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
