@@ -79,6 +79,10 @@ class CompileReport:
 
     def _backend_text(self) -> list[str]:
         choice = self.backend
+        if choice is not None and choice.segments is not None:
+            from disc.runtime.segments import describe_segments
+
+            return describe_segments(choice.segments)
         if choice is not None and choice.triton is not None:
             from disc.codegen.triton.explain import describe_triton
 

@@ -56,6 +56,8 @@ def demo(model_name: str = "bert", variant: str = "small", repeats: int = 3) -> 
     if choice is not None and choice.native is not None:
         counts = choice.native.lowered.counts()
         print(f"execution: native CPU program ({counts['memory_bound']} fused kernels + {counts['library']} library calls per call); see disc.explain(cm)")
+    elif choice is not None and choice.segments is not None:
+        print(f"execution: native CPU segments ({choice.reason}); see disc.explain(cm)")
     else:
         print(f"execution: reference executor (op by op through torch): {choice.reason if choice else 'no backend recorded'}")
     return 0 if worst <= 1e-4 else 1

@@ -28,10 +28,11 @@ BACKENDS = ("auto", "native", "triton", "reference")
 
 @dataclass
 class BackendChoice:
-    name: str  # "native-cpu", "triton-gpu", "triton-interpreter" or "reference"
+    name: str  # "native-cpu", "triton-gpu", "triton-interpreter" or "reference", with " segments" when cut at fallbacks
     reason: str = ""  # why the reference executor runs it, when it does
     native: Any = None  # NativeBuild of the native program
     triton: Any = None  # TritonBuild of the GPU program
+    segments: Any = None  # SegmentPlan, when fallbacks run in PyTorch between compiled segments
 
 
 def example_device(examples: Any) -> str:
@@ -64,10 +65,13 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
         return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", "backend='reference' was asked for")
     from disc.codegen.lowering import Unsupported
 
-    if backend == "triton" or (backend == "auto" and device != "cpu"):
-        return _triton_executor(graph, fallbacks, explicit=backend == "triton")
+    gpu = backend == "triton" or (backend == "auto" and device != "cpu")
     if backend == "native" and device != "cpu":
         raise CompileError(f"backend='native' generates CPU code, but the inputs are on {device}; use backend='triton'")
+    if any(n.op == "torch_fallback" for n in graph.nodes):
+        return _segmented_executor(graph, fallbacks, gpu, explicit=backend != "auto")
+    if gpu:
+        return _triton_executor(graph, fallbacks, explicit=backend == "triton")
     from disc.runtime.native import NativeExecutor, build_native
 
     try:
@@ -94,3 +98,35 @@ def _triton_executor(graph: Graph, fallbacks: Mapping[str, Any], explicit: bool)
         return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"not supported by the Triton backend: {e}")
     name = "triton-interpreter" if interpreting() else "triton-gpu"
     return TritonExecutor(graph, build), BackendChoice(name, triton=build)
+
+
+def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], gpu: bool, explicit: bool) -> tuple[Any, BackendChoice]:
+    """Compiled segments with the fallbacks run by PyTorch between them (``disc.runtime.segments``)."""
+    from disc.codegen.lowering import Unsupported
+    from disc.runtime.segments import SegmentedExecutor, plan_segments
+
+    try:
+        plan = plan_segments(graph)
+        if gpu:
+            from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
+
+            for seg in plan.segments:
+                seg.build = build_triton(seg.graph)
+                seg.executor = TritonExecutor(seg.graph, seg.build)
+            name = "triton-interpreter" if interpreting() else "triton-gpu"
+        else:
+            from disc.runtime.native import NativeExecutor, build_native
+
+            for seg in plan.segments:
+                seg.build = build_native(seg.graph)
+                seg.executor = NativeExecutor(seg.graph, seg.build)
+            name = "native-cpu"
+    except (Unsupported, ImportError) as e:
+        if explicit:
+            raise CompileError(f"no compiled program for this graph's segments: {e}") from e
+        return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"segments around the fallbacks not supported: {e}")
+    device = plan.segments[0].executor.device if gpu and plan.segments else None
+    executor = SegmentedExecutor(graph, plan, dict(fallbacks), device)
+    n = sum(len(fs) for fs in plan.fallbacks)
+    why = f"{len(plan.segments)} compiled segments, {n} fallbacks run by PyTorch between them"
+    return executor, BackendChoice(f"{name} segments", why, segments=plan)
