@@ -39,7 +39,15 @@ NATIVE_DTYPES = frozenset({"f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
 
 
 class Unsupported(Exception):
-    """The program uses something the native backends do not generate (yet)."""
+    """The program uses something the native backends do not generate (yet).
+
+    ``nodes`` names the ops at fault when they are known: the backend can then run
+    those ops in PyTorch between compiled segments (``disc.runtime.segments``).
+    """
+
+    def __init__(self, message: str, nodes: Sequence[Node] = ()) -> None:
+        super().__init__(message)
+        self.nodes = tuple(nodes)
 
 
 # A dim's stride: one expression, or for a compound dim the (size, stride) of each part.
@@ -269,15 +277,18 @@ class _Lowering:
         return LoweredProgram(self.g, steps, location, slots, out_specs, out_buffers, folded)
 
     def _check_supported(self) -> None:
+        refused: dict[Node, str] = {}  # every op at fault, so they all move to PyTorch at once
         for n in self.g.nodes:
             if n.op == "torch_fallback":
-                raise Unsupported(f"%{n.name} runs in PyTorch (torch_fallback); the native program must be whole")
-            if isinstance(n.type, IndexType):
+                refused[n] = f"%{n.name} runs in PyTorch (torch_fallback); the native program must be whole"
+            elif isinstance(n.type, IndexType):
                 continue
-            if n.dtype not in NATIVE_DTYPES:
-                raise Unsupported(f"%{n.name}: dtype {n.dtype} has no native kernels yet")
-            if kernel_kind(n.op, n.type) == "library" and n.dtype != "f32":
-                raise Unsupported(f"%{n.name}: {n.op} in {n.dtype}; the library path is f32 only")
+            elif n.dtype not in NATIVE_DTYPES:
+                refused[n] = f"%{n.name}: dtype {n.dtype} has no native kernels yet"
+            elif kernel_kind(n.op, n.type) == "library" and n.dtype != "f32":
+                refused[n] = f"%{n.name}: {n.op} in {n.dtype}; the library path is f32 only"
+        if refused:
+            raise Unsupported(next(iter(refused.values())), list(refused))
         for o in self.g.outputs:
             if isinstance(o.type, IndexType):
                 raise Unsupported(f"output %{o.name} is a shape scalar")

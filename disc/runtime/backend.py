@@ -2,10 +2,12 @@
 
 ``backend="auto"`` (the default, or ``$DISC_BACKEND``) builds the program for
 the device the example inputs live on (the native CPU program, or the Triton
-program for a GPU) and falls back to the reference executor only when the
-graph uses something the code generator does not handle, recording why, so
-``disc.explain`` can say it. ``"native"`` and ``"triton"`` make that an error
-instead (``"triton"`` on CPU tensors runs in Triton's interpreter when
+program for a GPU). Ops that program cannot hold run in PyTorch between
+compiled segments (``disc.runtime.segments``): the frontend's fallbacks, and
+under "auto" the ops the code generator refuses. The reference executor runs
+the whole graph only when no segment can be formed, with the reason recorded
+so ``disc.explain`` can say it. ``"native"`` and ``"triton"`` make a refused op
+an error instead (``"triton"`` on CPU tensors runs in Triton's interpreter when
 ``TRITON_INTERPRET=1``: how CI tests the GPU path); ``"reference"`` skips code
 generation.
 """
@@ -20,7 +22,7 @@ from typing import Any
 import torch
 
 from disc.errors import CompileError
-from disc.ir.graph import Graph
+from disc.ir.graph import Graph, Node
 from disc.runtime.reference import ReferenceExecutor
 
 BACKENDS = ("auto", "native", "triton", "reference")
@@ -68,65 +70,76 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
     gpu = backend == "triton" or (backend == "auto" and device != "cpu")
     if backend == "native" and device != "cpu":
         raise CompileError(f"backend='native' generates CPU code, but the inputs are on {device}; use backend='triton'")
-    if any(n.op == "torch_fallback" for n in graph.nodes):
-        return _segmented_executor(graph, fallbacks, gpu, explicit=backend != "auto")
     if gpu:
-        return _triton_executor(graph, fallbacks, explicit=backend == "triton")
-    from disc.runtime.native import NativeExecutor, build_native
+        try:
+            import disc.runtime.triton_runtime  # noqa: F401
+        except ImportError as e:  # triton is not installed
+            raise CompileError(f"the GPU backend needs Triton: {e}") from e
+    # Ops the code generator refuses move to PyTorch, between compiled segments, one refusal at a time.
+    refused: dict[Node, str] = {}
+    for _ in range(MAX_REFUSALS):
+        if refused or any(n.op == "torch_fallback" for n in graph.nodes):
+            try:
+                return _segmented_executor(graph, fallbacks, refused, gpu)
+            except Unsupported as e:
+                if backend != "auto":
+                    raise CompileError(f"no compiled program for this graph's segments: {e}") from e
+                if not _refuse(graph, e, refused):
+                    return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"not supported around the host ops: {e}")
+            continue
+        try:
+            if gpu:
+                from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
 
-    try:
-        native = build_native(graph)
-    except Unsupported as e:
-        if backend == "native":
-            raise CompileError(f"no native program for this graph: {e}") from e
-        return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"not natively supported: {e}")
-    return NativeExecutor(graph, native), BackendChoice("native-cpu", native=native)
-
-
-def _triton_executor(graph: Graph, fallbacks: Mapping[str, Any], explicit: bool) -> tuple[Any, BackendChoice]:
-    from disc.codegen.lowering import Unsupported
-
-    try:
-        from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
-    except ImportError as e:  # triton is not installed
-        raise CompileError(f"the GPU backend needs Triton: {e}") from e
-    try:
-        build = build_triton(graph)
-    except Unsupported as e:
-        if explicit:
-            raise CompileError(f"no Triton program for this graph: {e}") from e
-        return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"not supported by the Triton backend: {e}")
-    name = "triton-interpreter" if interpreting() else "triton-gpu"
-    return TritonExecutor(graph, build), BackendChoice(name, triton=build)
-
-
-def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], gpu: bool, explicit: bool) -> tuple[Any, BackendChoice]:
-    """Compiled segments with the fallbacks run by PyTorch between them (``disc.runtime.segments``)."""
-    from disc.codegen.lowering import Unsupported
-    from disc.runtime.segments import SegmentedExecutor, plan_segments
-
-    try:
-        plan = plan_segments(graph)
-        if gpu:
-            from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
-
-            for seg in plan.segments:
-                seg.build = build_triton(seg.graph)
-                seg.executor = TritonExecutor(seg.graph, seg.build)
-            name = "triton-interpreter" if interpreting() else "triton-gpu"
-        else:
+                build = build_triton(graph)
+                name = "triton-interpreter" if interpreting() else "triton-gpu"
+                return TritonExecutor(graph, build), BackendChoice(name, triton=build)
             from disc.runtime.native import NativeExecutor, build_native
 
-            for seg in plan.segments:
-                seg.build = build_native(seg.graph)
-                seg.executor = NativeExecutor(seg.graph, seg.build)
-            name = "native-cpu"
-    except (Unsupported, ImportError) as e:
-        if explicit:
-            raise CompileError(f"no compiled program for this graph's segments: {e}") from e
-        return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"segments around the fallbacks not supported: {e}")
+            native = build_native(graph)
+            return NativeExecutor(graph, native), BackendChoice("native-cpu", native=native)
+        except Unsupported as e:
+            where = "Triton" if gpu else "native"
+            if backend != "auto":
+                raise CompileError(f"no {where} program for this graph: {e}") from e
+            if not _refuse(graph, e, refused):
+                why = "not supported by the Triton backend" if gpu else "not natively supported"
+                return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"{why}: {e}")
+    return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"more than {MAX_REFUSALS} ops refused by the code generator")
+
+
+MAX_REFUSALS = 16  # code-generator refusals moved to PyTorch before the whole graph goes to the reference executor
+
+
+def _refuse(graph: Graph, e: Exception, refused: dict[Node, str]) -> bool:
+    """Record the ops ``e`` blames as refused (to run in PyTorch); False when it blames none it can move."""
+    by_name = {n.name: n for n in graph.nodes}
+    blamed = [by_name.get(n.name) for n in getattr(e, "nodes", ())]
+    new = [n for n in blamed if n is not None and n not in refused and not n.is_index and n.op not in ("input", "constant")]
+    for n in new:
+        refused[n] = str(e)
+    return bool(new)
+
+
+def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], refused: Mapping[Node, str], gpu: bool) -> tuple[Any, BackendChoice]:
+    """Compiled segments with the host ops run by PyTorch between them (``disc.runtime.segments``)."""
+    from disc.runtime.segments import SegmentedExecutor, plan_segments, summary
+
+    plan = plan_segments(graph, refused)
+    if gpu:
+        from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
+
+        for seg in plan.segments:
+            seg.build = build_triton(seg.graph)
+            seg.executor = TritonExecutor(seg.graph, seg.build)
+        name = "triton-interpreter" if interpreting() else "triton-gpu"
+    else:
+        from disc.runtime.native import NativeExecutor, build_native
+
+        for seg in plan.segments:
+            seg.build = build_native(seg.graph)
+            seg.executor = NativeExecutor(seg.graph, seg.build)
+        name = "native-cpu"
     device = plan.segments[0].executor.device if gpu and plan.segments else None
-    executor = SegmentedExecutor(graph, plan, dict(fallbacks), device)
-    n = sum(len(fs) for fs in plan.fallbacks)
-    why = f"{len(plan.segments)} compiled segments, {n} fallbacks run by PyTorch between them"
-    return executor, BackendChoice(f"{name} segments", why, segments=plan)
+    executor = SegmentedExecutor(graph, plan, fallbacks, device)
+    return executor, BackendChoice(f"{name} segments", summary(plan), segments=plan)

@@ -1,30 +1,33 @@
-"""Programs with fallbacks: compiled segments, with PyTorch running the fallbacks between them.
+"""Programs PyTorch must help with: compiled segments, with PyTorch running some ops between them.
 
-An op disc does not lower (a ``torch_fallback``: boolean-mask indexing, an op
-with no lowering) must not send the whole graph to the reference executor,
-op by op in Python. The graph is cut at its fallbacks instead, as BladeDISC
-clusters what it supports and leaves the rest to the host framework: every
-other op joins the earliest *segment* it can run in, each segment is compiled
-like a whole program (fusion, speculation, buffer plan, generated host flow),
-and the fallbacks run in PyTorch between segments.
+Two kinds of op run in PyTorch (*host ops*): a ``torch_fallback`` (an op the
+frontend does not lower: boolean-mask indexing, sort, an op with no lowering)
+and an op the code generator refused (no kernel form yet, a dtype it lacks).
+Neither sends the whole graph to the reference executor, op by op in Python.
+The graph is cut at its host ops instead, as BladeDISC clusters what it
+supports and leaves the rest to the host framework: every other op joins the
+earliest *segment* it can run in, each segment is compiled like a whole
+program (fusion, speculation, buffer plan, generated host flow), and the host
+ops run in PyTorch between segments (the refused ones by their reference
+semantics from the op registry).
 
-Placement, by *stage*: segment s runs, then the fallbacks of stage s, then
+Placement, by *stage*: segment s runs, then the host ops of stage s, then
 segment s + 1.
 
-- A compiled op runs in the latest segment among its operands, where a
-  fallback's result counts as the segment after that fallback's stage.
-- A fallback runs at the latest stage among its operands.
+- A compiled op runs in the latest segment among its operands, where a host
+  op's result counts as the segment after that host op's stage.
+- A host op runs at the latest stage among its operands.
 
-Values read by a later segment, a fallback or the caller become outputs of
+Values read by a later segment, a host op or the caller become outputs of
 their segment. Every segment also takes the graph's own inputs, so the dims
-they carry are bound in every segment; dims born at a fallback (the count
-``u0`` of a boolean mask) are bound from the fallback results the segment
-reads. Constants and index arithmetic are copied into each segment using them.
+they carry are bound in every segment; dims born at a host op (the count
+``u0`` of a boolean mask) are bound from the results the segment reads.
+Constants and index arithmetic are copied into each segment using them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,10 +38,6 @@ from disc.ir.graph import Graph, Node
 from disc.ir.registry import get_spec
 from disc.ir.types import IndexType
 from disc.runtime.reference import ExecutionProfile, build_shape_program
-
-
-def _is_fallback(n: Node) -> bool:
-    return n.op == "torch_fallback"
 
 
 def _is_free(n: Node) -> bool:
@@ -60,15 +59,21 @@ class Segment:
 
 @dataclass
 class SegmentPlan:
-    """The graph cut at its fallbacks: ``segments`` (some stages may have none) and ``fallbacks[stage]``."""
+    """The graph cut at the ops PyTorch runs: ``segments`` (some stages may have none) and ``host_ops[stage]``."""
 
     segments: list[Segment]
-    fallbacks: list[list[Node]]
-    host_tensors: set[Node] = field(default_factory=set)  # tensors the host reads shapes of for fallbacks' index operands
+    host_ops: list[list[Node]]  # per stage, in program order: torch_fallback ops and ops the code generator refused
+    reasons: dict[Node, str] = field(default_factory=dict)  # why a refused op (not a fallback) runs in PyTorch
+    host_tensors: set[Node] = field(default_factory=set)  # tensors the host reads shapes of for index operands
 
 
-def stages(graph: Graph) -> dict[Node, int]:
-    """The stage of every node that is not free: its segment (compiled ops) or the point it runs after (fallbacks).
+def host_ops(graph: Graph, refused: Iterable[Node] = ()) -> set[Node]:
+    """The ops PyTorch runs: every ``torch_fallback``, and the ``refused`` ones (no code generator form)."""
+    return {n for n in graph.nodes if n.op == "torch_fallback"} | set(refused)
+
+
+def stages(graph: Graph, host: set[Node]) -> dict[Node, int]:
+    """The stage of every node that is not free: its segment (compiled ops) or the point it runs after (``host`` ops).
 
     Index values get the stage in which compiled code could use them, like compiled ops.
     """
@@ -77,41 +82,45 @@ def stages(graph: Graph) -> dict[Node, int]:
     def ready(x: Node) -> int:  # the first segment that may read x
         if _is_free(x):
             return 0
-        return stage[x] + 1 if _is_fallback(x) else stage[x]
+        return stage[x] + 1 if x in host else stage[x]
 
     for n in graph.nodes:
         if _is_free(n):
             continue
-        if _is_fallback(n):
-            # After the segment that produced its last operand (fallbacks of one stage run in program order).
-            stage[n] = max((stage[x] if _is_fallback(x) else ready(x) for x in n.inputs if not _is_free(x)), default=0)
+        if n in host:
+            # After the segment that produced its last operand (host ops of one stage run in program order).
+            stage[n] = max((stage[x] if x in host else ready(x) for x in n.inputs if not _is_free(x)), default=0)
         else:
             stage[n] = max((ready(x) for x in n.inputs), default=0)
     return stage
 
 
-def copyable(graph: Graph) -> set[Node]:
+def copyable(graph: Graph, host: set[Node]) -> set[Node]:
     """Tensors computed from constants alone (a transposed weight, a broadcast bias): copied into each segment
     using them, where the code generator folds them as it would in a whole program, rather than passed in."""
     out: set[Node] = set()
     for n in graph.nodes:
-        if _is_free(n) or _is_fallback(n) or isinstance(n.type, IndexType):
+        if _is_free(n) or n in host or isinstance(n.type, IndexType):
             continue
         if all(x.op == "constant" or x in out or isinstance(x.type, IndexType) for x in n.inputs):
             out.add(n)
     return out
 
 
-def plan_segments(graph: Graph) -> SegmentPlan:
-    """Cut ``graph`` at its fallbacks (see the module doc). Raises ``Unsupported`` if a segment cannot be formed."""
-    stage = stages(graph)
-    copied = copyable(graph)
-    fallback_nodes = [n for n in graph.nodes if _is_fallback(n)]
+def plan_segments(graph: Graph, refused: Mapping[Node, str] | None = None) -> SegmentPlan:
+    """Cut ``graph`` at its fallbacks and at the ``refused`` ops (mapped to why; see the module doc).
+
+    Raises ``Unsupported`` if a segment cannot be formed.
+    """
+    host = host_ops(graph, refused or {})
+    stage = stages(graph, host)
+    copied = copyable(graph, host)
+    host_nodes = [n for n in graph.nodes if n in host]
     last = max(stage.values(), default=0)
-    fallbacks: list[list[Node]] = [[] for _ in range(last + 1)]
-    for f in fallback_nodes:
-        fallbacks[stage[f]].append(f)
-    # Index operands of fallbacks that the whole graph's shape program cannot compute from the inputs are
+    by_stage: list[list[Node]] = [[] for _ in range(last + 1)]
+    for f in host_nodes:
+        by_stage[stage[f]].append(f)
+    # Index operands of host ops that the whole graph's shape program cannot compute from the inputs are
     # evaluated on the host at run time; the tensors whose dims they read must then be kept.
     computed = build_shape_program(graph).computed
     host_tensors: set[Node] = set()
@@ -127,7 +136,7 @@ def plan_segments(graph: Graph) -> SegmentPlan:
             for i in x.inputs:
                 need_on_host(i)
 
-    for f in fallback_nodes:
+    for f in host_nodes:
         for x in f.inputs:
             if isinstance(x.type, IndexType):
                 need_on_host(x)
@@ -137,28 +146,28 @@ def plan_segments(graph: Graph) -> SegmentPlan:
         if _is_free(n) or isinstance(n.type, IndexType):
             continue
         for x in n.inputs:
-            if _is_free(x) or isinstance(x.type, IndexType) or (x in copied and not _is_fallback(n)):
+            if _is_free(x) or isinstance(x.type, IndexType) or (x in copied and n not in host):
                 continue
-            if _is_fallback(n) or stage[x] != stage[n]:
+            if n in host or stage[x] != stage[n]:
                 read_outside.add(x)
     segments = []
     for s in range(last + 1):
         members = [
             n
             for n in graph.nodes
-            if stage.get(n) == s and not _is_fallback(n) and not isinstance(n.type, IndexType) and (n not in copied or n in read_outside)
+            if stage.get(n) == s and n not in host and not isinstance(n.type, IndexType) and (n not in copied or n in read_outside)
         ]
         outputs = [n for n in members if n in read_outside]
         if s == 0:  # a constant returned as it is needs a segment to hand it out
             outputs += [o for o in graph.outputs if o.op == "constant" and o not in outputs]
         if outputs:
             segments.append(_segment_graph(graph, s, members, outputs, copied))
-    return SegmentPlan(segments, fallbacks, host_tensors)
+    return SegmentPlan(segments, by_stage, dict(refused or {}), host_tensors)
 
 
 def _segment_graph(graph: Graph, s: int, members: list[Node], outputs: list[Node], copied: set[Node]) -> Segment:
     member_set = set(members)
-    # 1. The segment's inputs: the graph's inputs, then tensors from earlier segments and fallbacks in first-use order.
+    # 1. The segment's inputs: the graph's inputs, then tensors from earlier segments and host ops in first-use order.
     boundary: list[Node] = []
     visited: set[Node] = set()
 
@@ -217,21 +226,39 @@ def _dim_source(x: Node, available: Sequence[Node], graph: Graph) -> tuple[Node,
     raise Unsupported(f"%{x.name}: no input of its segment carries the dim {want}")
 
 
+def _host_call(n: Node, fallbacks: Mapping[str, Any]) -> Callable[[list[Any], dict], Any]:
+    """How the host runs op ``n`` on its operand values: the fallback's torch call, or the op's reference semantics."""
+    spec = get_spec(n.op)
+    if n.op == "torch_fallback":
+        call = fallbacks[n.attrs["call"]]
+        return lambda operands, results: spec.reference(*operands, call=call, results=results)
+    attrs = dict(n.attrs)
+    return lambda operands, results: spec.reference(*operands, **attrs)
+
+
+def summary(plan: SegmentPlan) -> str:
+    """One line: how many segments, and how many ops PyTorch runs between them."""
+    n = sum(len(fs) for fs in plan.host_ops)
+    fallbacks = sum(f.op == "torch_fallback" for fs in plan.host_ops for f in fs)
+    refused = f" ({n - fallbacks} refused by the code generator)" if n > fallbacks else ""
+    segments = f"{len(plan.segments)} compiled segment{'s' if len(plan.segments) != 1 else ''}"
+    return f"{segments}; {n} op{'s' if n != 1 else ''} run by PyTorch between them{refused}"
+
+
 class SegmentedExecutor:
-    """Runs a ``SegmentPlan``: each segment's compiled program, the fallbacks in PyTorch between them.
+    """Runs a ``SegmentPlan``: each segment's compiled program, the host ops in PyTorch between them.
 
     Holds no per-call state on ``self``: one instance may serve several threads.
     """
 
-    def __init__(self, graph: Graph, plan: SegmentPlan, fallbacks: dict[str, Any], device: torch.device | None = None) -> None:
+    def __init__(self, graph: Graph, plan: SegmentPlan, fallbacks: Mapping[str, Any], device: torch.device | None = None) -> None:
         self.graph = graph
         self.plan = plan
         self.device = device
-        self._calls = {f: fallbacks[f.attrs["call"]] for fs in plan.fallbacks for f in fs}
         self._shape_program = build_shape_program(graph)
-        self._fallback_ref = get_spec("torch_fallback").reference
+        self._host_calls = {f: _host_call(f, fallbacks) for fs in plan.host_ops for f in fs}
         by_stage = {seg.stage: seg for seg in plan.segments}
-        self._steps: list[tuple[Segment | None, list[Node]]] = [(by_stage.get(s), fs) for s, fs in enumerate(plan.fallbacks)]
+        self._steps: list[tuple[Segment | None, list[Node]]] = [(by_stage.get(s), fs) for s, fs in enumerate(plan.host_ops)]
         self._drops = self._plan_drops()
 
     def _plan_drops(self) -> list[list[Node]]:
@@ -258,7 +285,7 @@ class SegmentedExecutor:
     def _execute(self, inputs: Sequence[torch.Tensor], profile: list[ExecutionProfile] | None) -> list[torch.Tensor]:
         env: dict[Node, Any] = dict(zip(self.graph.inputs, inputs))
         index = self._shape_program.fn([tuple(t.shape) for t in inputs])
-        results: dict = {}  # one draw per multi-output fallback and call
+        results: dict = {}  # one draw per multi-output fallback and call (dropout's result and mask)
         for (seg, fs), drops in zip(self._steps, self._drops):
             if seg is not None:
                 args = [env[x] for x in seg.inputs]
@@ -267,7 +294,7 @@ class SegmentedExecutor:
                     profile.append(seg.executor.profile(args))
             for f in fs:
                 operands = [self._host_value(x, env, index) for x in f.inputs]
-                env[f] = self._fallback_ref(*operands, call=self._calls[f], results=results)
+                env[f] = self._host_calls[f](operands, results)
             for x in drops:
                 env.pop(x, None)
         return [env[o] if o in env else self._constant(o) for o in self.graph.outputs]
@@ -285,10 +312,10 @@ class SegmentedExecutor:
         return value
 
     def profile(self, inputs: Sequence[torch.Tensor]) -> ExecutionProfile:
-        """Kernels of every segment plus the fallbacks run; workspace: the largest segment's."""
+        """Kernels of every segment plus the ops PyTorch runs ("fallback"); workspace: the largest segment's."""
         parts: list[ExecutionProfile] = []
         self._execute(inputs, parts)
-        kernels = {"memory_bound": 0, "library": 0, "fallback": sum(len(fs) for fs in self.plan.fallbacks)}
+        kernels = {"memory_bound": 0, "library": 0, "fallback": sum(len(fs) for fs in self.plan.host_ops)}
         for p in parts:
             kernels["memory_bound"] += p.kernels["memory_bound"]
             kernels["library"] += p.kernels["library"]
@@ -300,17 +327,18 @@ def describe_segments(plan: SegmentPlan) -> list[str]:
     from disc.codegen.cpu.explain import describe_native
     from disc.codegen.triton.explain import describe_triton
 
-    n = sum(len(fs) for fs in plan.fallbacks)
-    lines = [f"-- backend: {len(plan.segments)} compiled segments; {n} fallbacks run by PyTorch between them --"]
+    lines = [f"-- backend: {summary(plan)} --"]
     by_stage = {seg.stage: seg for seg in plan.segments}
-    for s, fs in enumerate(plan.fallbacks):
+    for s, fs in enumerate(plan.host_ops):
         seg = by_stage.get(s)
         if seg is not None:
             ins = ", ".join(f"%{x.name}" for x in seg.inputs)
             outs = ", ".join(f"%{x.name}" for x in seg.outputs)
             lines.append(f"  segment {s}: reads {ins}; hands on {outs}")
         for f in fs:
-            lines.append(f"  then PyTorch: %{f.name} = {f.attrs['target']}({', '.join('%' + x.name for x in f.inputs)})")
+            what = f.attrs["target"] if f.op == "torch_fallback" else f.op
+            why = f"  [{plan.reasons[f]}]" if f in plan.reasons else ""
+            lines.append(f"  then PyTorch: %{f.name} = {what}({', '.join('%' + x.name for x in f.inputs)}){why}")
     for seg in plan.segments:
         lines += ["", f"== segment {seg.stage} =="]
         lines += describe_triton(seg.build) if hasattr(seg.build, "module") else describe_native(seg.build)

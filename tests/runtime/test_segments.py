@@ -15,7 +15,7 @@ from torch import nn
 import disc
 from disc.ir.parser import parse_graph
 from disc.runtime.native import NativeExecutor
-from disc.runtime.segments import SegmentedExecutor, plan_segments, stages
+from disc.runtime.segments import SegmentedExecutor, host_ops, plan_segments, stages
 
 
 class DetectLike(nn.Module):
@@ -69,7 +69,7 @@ def test_detector_runs_as_native_segments() -> None:
     segments = cm.executor.plan.segments
     assert len(segments) == 2 and all(isinstance(s.executor, NativeExecutor) for s in segments)
     # The four boolean-mask selections run in PyTorch after the backbone's segment.
-    assert [f.attrs["target"] for f in cm.executor.plan.fallbacks[0]] == ["aten.index.Tensor"] * 4
+    assert [f.attrs["target"] for f in cm.executor.plan.host_ops[0]] == ["aten.index.Tensor"] * 4
     _check(model, cm, DETECT_SHAPES)
 
 
@@ -77,7 +77,7 @@ def test_segment_inputs_and_outputs() -> None:
     """Only what crosses a cut is handed on; the refine MLP's weights are folded into its segment, not passed."""
     _, cm = _compile_detector()
     first, second = cm.executor.plan.segments
-    fallbacks = cm.executor.plan.fallbacks[0]
+    fallbacks = cm.executor.plan.host_ops[0]
     read_by_fallbacks = {x for f in fallbacks for x in f.inputs}
     assert set(first.outputs) == read_by_fallbacks
     assert [x.op for x in second.inputs] == ["input"] + ["torch_fallback"] * 4
@@ -121,7 +121,7 @@ def test_concurrent_calls_with_different_shapes() -> None:
 def test_explain_lists_segments_and_fallbacks() -> None:
     _, cm = _compile_detector()
     text = disc.explain(cm)
-    assert "2 compiled segments; 4 fallbacks run by PyTorch between them" in text
+    assert "2 compiled segments; 4 ops run by PyTorch between them" in text
     assert "segment 0: reads %x; hands on" in text
     assert "then PyTorch: %" in text and "= aten.index.Tensor(" in text
     assert text.count("-- backend: native CPU program --") == 2
@@ -182,10 +182,10 @@ def test_plan_places_ops_by_stage() -> None:
     g = parse_graph(PLAN_IR)
     g.constants["w"] = torch.randn(3, 4)
     by_name = {n.name: n for n in g.nodes}
-    stage = stages(g)
+    stage = stages(g, host_ops(g))
     assert [stage[by_name[k]] for k in ("a", "f", "g", "y", "z")] == [0, 0, 0, 1, 1]
     plan = plan_segments(g)
-    assert [[f.name for f in fs] for fs in plan.fallbacks] == [["f", "g"], []]
+    assert [[f.name for f in fs] for fs in plan.host_ops] == [["f", "g"], []]
     first, second = plan.segments
     assert [o.name for o in first.outputs] == ["a"]  # read by %f and returned
     assert [x.name for x in second.inputs] == ["x", "g"]  # %wt is copied, not handed on
@@ -199,3 +199,34 @@ def test_segments_on_triton() -> None:
     model, cm = _compile_detector(backend="triton")
     assert cm.report.backend.name in ("triton-interpreter segments", "triton-gpu segments"), cm.report.backend.reason
     _check(model, cm, [(1, 3, 1, 1), (2, 3, 13, 11)])
+
+
+class _CumsumBetween(nn.Module):
+    """cumsum has reference semantics but no C++ kernel form: the code generator refuses it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cumsum(torch.tanh(x) * 2 + 1, dim=-1)
+        return torch.softmax(y - y.mean(dim=-1, keepdim=True), dim=-1)
+
+
+def test_refused_op_runs_in_pytorch_between_segments() -> None:
+    model = _CumsumBetween()
+    cm = disc.compile(model, (torch.randn(5, 7),), dynamic={"x": {0: "a", 1: "b"}})
+    assert not cm.report.fallbacks  # the frontend lowered everything; the code generator refused cumsum
+    assert cm.report.backend.name == "native-cpu segments", cm.report.backend.reason
+    assert "1 refused by the code generator" in cm.report.backend.reason
+    [[refused]] = [fs for fs in cm.executor.plan.host_ops if fs]
+    assert refused.op == "cumsum" and "no C++ kernel form" in cm.executor.plan.reasons[refused]
+    assert [len(s.graph.outputs) for s in cm.executor.plan.segments] == [1, 1]  # before it and after it
+    assert "then PyTorch: %" in disc.explain(cm) and "= cumsum(" in disc.explain(cm)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for shape in [(1, 1), (1, 9), (5, 7), (3, 16), (2, 33)]:
+            x = torch.randn(*shape, generator=g)
+            assert torch.allclose(cm(x), model(x), rtol=1e-5, atol=1e-6), shape
+
+
+def test_explicit_native_backend_still_refuses() -> None:
+    """backend="native" asks for the whole program in C++: a refused op is an error naming it, not a segment."""
+    with pytest.raises(disc.CompileError, match="cumsum"):
+        disc.compile(_CumsumBetween(), (torch.randn(5, 7),), dynamic={"x": {0: "a", 1: "b"}}, backend="native")

@@ -226,10 +226,10 @@ class _Emitter:
             x = self.value(n.inputs[0], idx)
             return f"({x} != 0)" if n.dtype == "i1" else f"static_cast<{t}>({x})"
         if spec.category == ELEMENTWISE:
-            raise Unsupported(f"no C++ for elementwise op {op}")
+            raise Unsupported(f"no C++ for elementwise op {op}", [n])
         handler = getattr(self, f"_op_{op}", None)
         if handler is None:
-            raise Unsupported(f"no C++ kernel form for op {op} (%{n.name})")
+            raise Unsupported(f"no C++ kernel form for op {op} (%{n.name})", [n])
         return handler(n, idx)
 
     def _operand_idx(self, x: Node, dims: list[str]) -> Idx:

@@ -219,7 +219,7 @@ class _ProgramEmitter:
             return self._gemm(step)
         if n.op in CONV_CALLS:
             return self._conv(step)
-        raise Unsupported(f"no library call for {n.op}")
+        raise Unsupported(f"no library call for {n.op}", [n])
 
     def _merge(self, view: View, axes: list[int], what: str) -> tuple[str, str]:
         """Extent and stride of ``axes`` of a view taken as one dim (they must be laid out contiguously)."""
@@ -271,10 +271,10 @@ class _ProgramEmitter:
         n = step.node
         a = n.attrs
         if a.get("transposed") or len(n.shape) != 4:
-            raise Unsupported(f"%{n.name}: only 2-D, non-transposed convolutions and their gradients have library calls")
+            raise Unsupported(f"%{n.name}: only 2-D, non-transposed convolutions and their gradients have library calls", [n])
         for v in step.operands:
             if v.base.shape != v.shape:
-                raise Unsupported(f"%{n.name}: convolution operand is a view")
+                raise Unsupported(f"%{n.name}: convolution operand is a view", [n])
         # The arguments describe the forward problem (x, w -> y); a gradient call writes x or w.
         first, second = (v.base for v in step.operands)
         x, w, y = {"convolution": (first, second, n), "convolution_backward_input": (n, second, first)}.get(n.op, (first, n, second))

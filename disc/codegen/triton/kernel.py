@@ -236,7 +236,7 @@ class _Emitter:
             operand_dtype = n.inputs[0].dtype
             form = unary(op, operand_dtype) if len(n.inputs) == 1 else binary(op, operand_dtype)
             if form is None:
-                raise Unsupported(f"no Triton form for elementwise op {op} on {operand_dtype}")
+                raise Unsupported(f"no Triton form for elementwise op {op} on {operand_dtype}", [n])
             return form.format(*(self.value(x, idx) for x in n.inputs))
         if op == "select":
             p, a, b = (self.value(x, idx) for x in n.inputs)
@@ -250,7 +250,7 @@ class _Emitter:
             return f"{x}.to({TL_TYPES[n.dtype]})"
         handler = getattr(self, f"_op_{op}", None)
         if handler is None:
-            raise Unsupported(f"no Triton kernel form for op {op} (%{n.name})")
+            raise Unsupported(f"no Triton kernel form for op {op} (%{n.name})", [n])
         return handler(n, idx)
 
     def _operand_idx(self, x: Node, dims: list[str]) -> Idx:

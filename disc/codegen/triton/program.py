@@ -192,7 +192,7 @@ class _ProgramEmitter:
             return self._gemm(k, step)
         if n.op in TORCH_CONV_CALLS:
             return self._conv(k, step)
-        raise Unsupported(f"no library call for {n.op}")
+        raise Unsupported(f"no library call for {n.op}", [n])
 
     def _gemm(self, k: int, step: LibraryStep) -> list[str]:
         n = step.node
@@ -246,10 +246,10 @@ class _ProgramEmitter:
         n = step.node
         a = n.attrs
         if a.get("transposed"):
-            raise Unsupported(f"%{n.name}: transposed convolution has no library call")
+            raise Unsupported(f"%{n.name}: transposed convolution has no library call", [n])
         for v in step.operands:
             if v.base.shape != v.shape:
-                raise Unsupported(f"%{n.name}: convolution operand is a view")
+                raise Unsupported(f"%{n.name}: convolution operand is a view", [n])
         e = self.names.expr
 
         def tensor(v: Node) -> str:
