@@ -33,6 +33,8 @@ from disc.ir.graph import Graph, Node
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.passes.remove_noops import NOOP_RULES
 from disc.passes.rewrite import New, Replacement, Rewriter, graph_pass, rebuild
+from disc.shape.constraints import ShapeConstraints
+from disc.shape.expr import DimLike, SymExpr, as_expr
 
 Perm = tuple[int, ...]
 
@@ -145,10 +147,58 @@ def _reshape(rw: Rewriter, n: Node) -> Replacement | None:
     return None
 
 
+def order_preserving(c: ShapeConstraints, shape: Sequence[DimLike], moves: Sequence[tuple[str, Sequence[DimLike]]]) -> bool:
+    """Does applying ``moves`` (("transpose", perm) or ("reshape", sizes)) to a value of ``shape`` leave its
+    elements in row-major order, i.e. is the whole chain one reshape?
+
+    Each dim is a run of the original dims ("atoms"); a transpose reorders runs and a reshape merges adjacent
+    runs whose sizes provably multiply to the new dim. The chain is a reshape when the atoms end in their
+    original order. 1-sized dims never affect the order and are skipped; a reshape that splits a run gives up.
+    """
+    dims: list[tuple[tuple[int, ...], DimLike]] = [((i,), d) for i, d in enumerate(shape)]
+    for kind, arg in moves:
+        if kind == "transpose":
+            dims = [dims[p] for p in arg]
+            continue
+        runs = [r for r in dims if not c.prove_is_one(r[1])]
+        dims, k = [], 0
+        for size in arg:
+            atoms: tuple[int, ...] = ()
+            if not c.prove_is_one(size):
+                product = SymExpr.const(1)
+                while not (atoms and c.prove_equal(product, size)):
+                    if k == len(runs):
+                        return False  # a split, or sizes that cannot be matched
+                    atoms, product = atoms + runs[k][0], product * as_expr(runs[k][1])
+                    k += 1
+            dims.append((atoms, size))
+        if k != len(runs):
+            return False
+    flat = [a for atoms, size in dims if not c.prove_is_one(size) for a in atoms]
+    return flat == sorted(flat)
+
+
+def _transpose(rw: Rewriter, n: Node) -> Replacement | None:
+    """Compose transpose chains; ``transpose(reshape(transpose(v)))`` that keeps ``v``'s order -> ``reshape(v)``
+    (a channels-last feature map flattened and transposed back: ``conv(x).flatten(2).transpose(1, 2)``)."""
+    composed = NOOP_RULES["transpose"](rw, n)
+    if composed is not None:
+        return composed
+    r = n.inputs[0]
+    if r.op != "reshape" or r.inputs[0].op != "transpose":
+        return None
+    t = r.inputs[0]
+    v, perm = t.inputs[0], tuple(n.attrs["perm"])
+    moves = [("transpose", tuple(t.attrs["perm"])), ("reshape", r.shape), ("transpose", perm)]
+    if not order_preserving(rw.dst.constraints, v.shape, moves):
+        return None
+    return New("reshape", (v, *[r.inputs[1 + p] for p in perm]))
+
+
 RULES: dict[str, Callable[[Rewriter, Node], Replacement | None]] = {
     "reduce_window": _reduce_window,
     "reduce": _reduce,
-    "transpose": NOOP_RULES["transpose"],  # compose chains; identity -> operand
+    "transpose": _transpose,
     "reshape": _reshape,
 }
 

@@ -127,6 +127,99 @@ def test_reshape_reads_through_a_transpose_of_unit_dims():
     )
 
 
+FLATTEN_BACK = """
+func @main(%x: f32[n, h, w, 8]) {
+  sym n in [0, inf]  (input 'x' dim 0)
+  sym h in [1, inf]  (input 'x' dim 1)
+  sym w in [1, inf]  (input 'x' dim 2)
+  %0 = dim(%x) {axis=0} : index(n)
+  %1 = dim(%x) {axis=1} : index(h)
+  %2 = dim(%x) {axis=2} : index(w)
+  %3 = index_const() {value=8} : index(8)
+  %4 = imul(%1, %2) : index(h*w)
+  %5 = transpose(%x) {perm=[0, 3, 1, 2]} : f32[n, 8, h, w]
+  %6 = reshape(%5, %0, %3, %4) : f32[n, 8, h*w]
+  %7 = transpose(%6) {perm=[0, 2, 1]} : f32[n, h*w, 8]
+  return %7
+}
+"""
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 3), (1, 1, 1), (3, 1, 7)])
+def test_flatten_back_keeps_values(shape):
+    g = parse_graph(FLATTEN_BACK)
+    x = torch.randn(*shape, 8)
+    [want] = ReferenceExecutor(g).run([x])
+    [got] = ReferenceExecutor(sink_then_dce(g)).run([x])
+    assert got.shape == want.shape and torch.equal(got, want)
+
+
+def test_flatten_and_transpose_back_of_a_channels_last_map_is_a_reshape():
+    """``conv(x).flatten(2).transpose(1, 2)`` after channels_last: NHWC -> NCHW -> [n, c, h*w] -> [n, h*w, c]
+    moves no element, so it becomes one reshape of the NHWC map (no index arithmetic in the kernel)."""
+    check_golden(
+        sink_then_dce,
+        FLATTEN_BACK,
+        """
+        func @main(%x: f32[n, h, w, 8]) {
+          sym n in [0, inf]  (input 'x' dim 0)
+          sym h in [1, inf]  (input 'x' dim 1)
+          sym w in [1, inf]  (input 'x' dim 2)
+          %0 = dim(%x) {axis=0} : index(n)
+          %1 = dim(%x) {axis=1} : index(h)
+          %2 = dim(%x) {axis=2} : index(w)
+          %3 = index_const() {value=8} : index(8)
+          %4 = imul(%1, %2) : index(h*w)
+          %7 = reshape(%x, %0, %4, %3) : f32[n, h*w, 8]
+          return %7
+        }
+        """,
+    )
+
+
+MOVING_CHAINS = {
+    # h and w flattened in the wrong order: [n, h, w, 8] -> [n, 8, w, h] -> [n, 8, w*h] -> [n, w*h, 8].
+    "swapped": """
+    func @main(%x: f32[n, h, w, 8]) {
+      sym n in [0, inf]  (input 'x' dim 0)
+      sym h in [1, inf]  (input 'x' dim 1)
+      sym w in [1, inf]  (input 'x' dim 2)
+      %0 = dim(%x) {axis=0} : index(n)
+      %1 = dim(%x) {axis=1} : index(h)
+      %2 = dim(%x) {axis=2} : index(w)
+      %3 = index_const() {value=8} : index(8)
+      %4 = imul(%2, %1) : index(h*w)
+      %5 = transpose(%x) {perm=[0, 3, 2, 1]} : f32[n, 8, w, h]
+      %6 = reshape(%5, %0, %3, %4) : f32[n, 8, h*w]
+      %7 = transpose(%6) {perm=[0, 2, 1]} : f32[n, h*w, 8]
+      return %7
+    }
+    """,
+    # The channels split: [n, h, 8] -> [n, 8, h] -> [n, 2, 4*h] -> [n, 4*h, 2].
+    "split": """
+    func @main(%x: f32[n, h, 8]) {
+      sym n in [0, inf]  (input 'x' dim 0)
+      sym h in [1, inf]  (input 'x' dim 1)
+      %0 = dim(%x) {axis=0} : index(n)
+      %1 = dim(%x) {axis=1} : index(h)
+      %2 = index_const() {value=2} : index(2)
+      %3 = index_const() {value=4} : index(4)
+      %4 = imul(%3, %1) : index(4*h)
+      %5 = transpose(%x) {perm=[0, 2, 1]} : f32[n, 8, h]
+      %6 = reshape(%5, %0, %2, %4) : f32[n, 2, 4*h]
+      %7 = transpose(%6) {perm=[0, 2, 1]} : f32[n, 4*h, 2]
+      return %7
+    }
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVING_CHAINS))
+def test_chains_that_move_elements_stay(name):
+    src = textwrap.dedent(MOVING_CHAINS[name])
+    check_golden(sink_then_dce, src, src)
+
+
 POOL_INDICES = """
 func @main(%a: f32[n, h, w, 4]) {
   sym n in [0, inf]  (input 'a' dim 0)
