@@ -255,6 +255,7 @@ class SegmentedExecutor:
         self.graph = graph
         self.plan = plan
         self.device = device
+        self._inputs = graph.inputs  # a scan of the whole graph: once, not per call
         self._shape_program = build_shape_program(graph)
         self._host_calls = {f: _host_call(f, fallbacks) for fs in plan.host_ops for f in fs}
         by_stage = {seg.stage: seg for seg in plan.segments}
@@ -283,7 +284,7 @@ class SegmentedExecutor:
         return self._execute(inputs, None)
 
     def _execute(self, inputs: Sequence[torch.Tensor], profile: list[ExecutionProfile] | None) -> list[torch.Tensor]:
-        env: dict[Node, Any] = dict(zip(self.graph.inputs, inputs))
+        env: dict[Node, Any] = dict(zip(self._inputs, inputs))
         index = self._shape_program.fn([tuple(t.shape) for t in inputs])
         results: dict = {}  # one draw per multi-output fallback and call (dropout's result and mask)
         for (seg, fs), drops in zip(self._steps, self._drops):
