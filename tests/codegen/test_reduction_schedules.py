@@ -228,3 +228,48 @@ def test_rows_over_several_reduced_dims_are_walked_by_nested_loops(two_threads, 
     x, w = torch.randn(*shape) * 2 + 1, torch.randn(shape[1])
     for got, want in zip(ex.run([x, w]), m(x, w)):
         torch.testing.assert_close(got.reshape(want.shape), want, rtol=1e-4, atol=1e-5)
+
+
+SHORT_ROWS = """
+func @short_rows(%x: f32[n, 3, h, w], %y: f32[c, w, 3]) {
+  sym n in [0, inf]
+  sym h in [0, inf]
+  sym w in [0, inf]
+  sym c in [0, inf]
+  %0 = dim(%x) {axis=0} : index(n)
+  %1 = dim(%x) {axis=2} : index(h)
+  %2 = dim(%x) {axis=3} : index(w)
+  %3 = index_const() {value=3} : index(3)
+  %4 = transpose(%x) {perm=[0, 2, 3, 1]} : f32[n, h, w, 3]
+  %5 = broadcast_in_dim(%y, %0, %1, %2, %3) {dims=[1, 2, 3]} : f32[n, h, w, 3]
+  %6 = add(%4, %5) : f32[n, h, w, 3]
+  return %6
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "n,h,w,c,version",
+    [
+        (1, 5, 7, 5, "no-broadcast short-rows"),  # an image's NCHW -> NHWC with a per-row term
+        (2, 4, 1, 1, "short-rows"),  # y broadcast along h
+        (1, 1, 9, 1, "no-broadcast"),  # one row of 9 pixels: too few rows to share between 2 threads
+        (1, 1, 1, 1, "no-broadcast"),
+        (0, 4, 5, 1, "general"),  # no image at all, y broadcast
+        (3, 17, 33, 17, "no-broadcast short-rows"),
+    ],
+)
+def test_short_row_versions_run_and_match(two_threads, n, h, w, c, version):
+    """A static innermost extent of 3 nests rows under the next dim when the dims before hold a row per thread."""
+    from disc.ir.parser import parse_graph
+
+    graph = parse_graph(SHORT_ROWS)
+    ex = NativeExecutor(graph, build_native(graph, profile=True))
+    (call,) = [c for c in ex.native.source.calls if isinstance(c, KernelCall)]
+    assert call.kernel.versions == ["no-broadcast short-rows", "short-rows", "no-broadcast", "general"]
+    x, y = torch.randn(n, 3, h, w), torch.randn(c, w, 3)
+    (before,) = [p["calls"] for p in ex.step_profile()]
+    (out,) = ex.run([x, y])
+    (after,) = [p["calls"] for p in ex.step_profile()]
+    torch.testing.assert_close(out, x.permute(0, 2, 3, 1) + y.reshape(1, c, w, 3).expand(n, h, w, 3), rtol=0, atol=0)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {version: 1}

@@ -255,7 +255,8 @@ class _Emitter:
 
     def _op_reshape(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
-        if idx.dims is None:
+        if idx.dims is None or (idx.linear is not None and x not in self.members):
+            # A buffer read at the same linear position needs no dims of its own.
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
         # Dims the reshape leaves alone at the end keep their index; only the rest is re-linearised.
         k = 0
@@ -510,7 +511,7 @@ def _parallel(work: str) -> str:
     return f"#pragma omp parallel for schedule(static) if({work} >= {PARALLEL_MIN_ELEMENTS})"
 
 
-def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool) -> _Emitter:
+def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool, short: bool = False) -> _Emitter:
     em = _Emitter(step, names, assume)
     root = step.group.nodes[-1]
     shape = em.shape(root)
@@ -523,6 +524,8 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool)
         em.w.depth -= 1
         em.w("}")
         return em
+    if short:
+        return _short_row_body(em, step, root, shape)
     em.w(f"const int64_t rows = {c_product(list(shape[:-1]))}, cols = {shape[-1]};")
     em.w(_parallel("rows * cols"))
     em.w("for (int64_t r = 0; r < rows; ++r) {")
@@ -547,6 +550,52 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool)
         em.w.depth -= 1
         em.w("}")
     em.window_interior = False
+    em.w.depth -= 1
+    em.w("}")
+    return em
+
+
+SHORT_ROW = 8  # a static innermost extent up to this is nested under the next dim (an NCHW -> NHWC image: 3)
+
+
+def short_rows(step: KernelStep, names: SymbolNames) -> str | None:
+    """The condition for the short-row version of a loop group, or None when it has none.
+
+    A static innermost extent up to ``SHORT_ROW`` (an NCHW -> NHWC image has 3) makes rows so
+    short that recovering the outer index per row (a division per dim) costs more than the row.
+    The short-row version nests the rows under the next dim and parallelises the dims before it,
+    so it runs when those hold a row of work for every thread.
+    """
+    root = step.group.nodes[-1]
+    shape = root.shape
+    if len(shape) < 3 or not isinstance(shape[-1], int) or shape[-1] > SHORT_ROW:
+        return None
+    if any(n.op in ("reduce", "reduce_window", "scatter_add") for n in step.group.nodes):
+        return None
+    return f"{c_product([names.expr(d) for d in shape[:-2]])} >= disc_threads()"
+
+
+def _short_row_body(em: _Emitter, step: KernelStep, root: Node, shape: tuple[str, ...]) -> _Emitter:
+    """Rows of the last two dims, parallel over the dims before them: the outer index is recovered
+    once per ``mid * cols`` elements, not once per ``cols``."""
+    em.w(f"const int64_t rows = {c_product(list(shape[:-2]))}, mid = {shape[-2]}, cols = {shape[-1]};")
+    em.w(_parallel("rows * mid * cols"))
+    em.w("for (int64_t r = 0; r < rows; ++r) {")
+    em.w.depth += 1
+    outer = em.dims_of(Idx(shape[:-2], None, "r"))
+    em.w("for (int64_t m = 0; m < mid; ++m) {")
+    em.w.depth += 1
+    root_idx = Idx(shape, (*outer, "m", "j"), "(r * mid + m) * cols + j")
+    em.w("#pragma omp simd")
+    em.w("for (int64_t j = 0; j < cols; ++j) {")
+    em.w.depth += 1
+    em.scopes.append({})
+    _write_outputs(em, step, root, root_idx)
+    em.scopes.pop()
+    em.w.depth -= 1
+    em.w("}")
+    em.w.depth -= 1
+    em.w("}")
     em.w.depth -= 1
     em.w("}")
     return em
@@ -970,6 +1019,12 @@ def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emi
             if cond is not None:
                 label = f"no-broadcast {schedule}" if no_broadcast else schedule
                 versions.append((label, _conj(no_broadcast, cond), em))
+    # Only where the general version divides to find indices: a flat elementwise loop is already best.
+    short = short_rows(step, names) if general.delinearized else None
+    if short is not None:
+        if no_broadcast:
+            versions.append(("no-broadcast short-rows", _conj(no_broadcast, short), _loop_body(step, names, True, True, short=True)))
+        versions.append(("short-rows", short, _loop_body(step, names, False, True, short=True)))
     if no_broadcast:
         versions.append(("no-broadcast", no_broadcast, body(True)))
     versions.append(("column" if lead else "general", "true", general))
