@@ -88,16 +88,8 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
                     return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"not supported around the host ops: {e}")
             continue
         try:
-            if gpu:
-                from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
-
-                build = build_triton(graph)
-                name = "triton-interpreter" if interpreting() else "triton-gpu"
-                return TritonExecutor(graph, build), BackendChoice(name, triton=build)
-            from disc.runtime.native import NativeExecutor, build_native
-
-            native = build_native(graph)
-            return NativeExecutor(graph, native), BackendChoice("native-cpu", native=native)
+            executor, build, name = _compiled(graph, gpu)
+            return executor, BackendChoice(name, native=None if gpu else build, triton=build if gpu else None)
         except Unsupported as e:
             where = "Triton" if gpu else "native"
             if backend != "auto":
@@ -106,6 +98,19 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
                 why = "not supported by the Triton backend" if gpu else "not natively supported"
                 return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"{why}: {e}")
     return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"more than {MAX_REFUSALS} ops refused by the code generator")
+
+
+def _compiled(graph: Graph, gpu: bool) -> tuple[Any, Any, str]:
+    """``graph``'s program for the GPU (Triton) or the CPU (C++): its executor, its build and the backend's name."""
+    if gpu:
+        from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
+
+        build = build_triton(graph)
+        return TritonExecutor(graph, build), build, "triton-interpreter" if interpreting() else "triton-gpu"
+    from disc.runtime.native import NativeExecutor, build_native
+
+    build = build_native(graph)
+    return NativeExecutor(graph, build), build, "native-cpu"
 
 
 MAX_REFUSALS = 16  # code-generator refusals moved to PyTorch before the whole graph goes to the reference executor
@@ -126,20 +131,9 @@ def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], refused: Map
     from disc.runtime.segments import SegmentedExecutor, plan_segments, summary
 
     plan = plan_segments(graph, refused)
-    if gpu:
-        from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
-
-        for seg in plan.segments:
-            seg.build = build_triton(seg.graph)
-            seg.executor = TritonExecutor(seg.graph, seg.build)
-        name = "triton-interpreter" if interpreting() else "triton-gpu"
-    else:
-        from disc.runtime.native import NativeExecutor, build_native
-
-        for seg in plan.segments:
-            seg.build = build_native(seg.graph)
-            seg.executor = NativeExecutor(seg.graph, seg.build)
-        name = "native-cpu"
+    name = "triton" if gpu else "native-cpu"
+    for seg in plan.segments:
+        seg.executor, seg.build, name = _compiled(seg.graph, gpu)
     device = plan.segments[0].executor.device if gpu and plan.segments else None
     executor = SegmentedExecutor(graph, plan, fallbacks, device)
     return executor, BackendChoice(f"{name} segments", summary(plan), segments=plan)

@@ -541,18 +541,23 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool,
         columns = [("0", "j_lo", False), ("j_lo", "j_hi", True), ("j_hi", "cols", False)]
     for first, end, interior in columns:
         em.window_interior = interior
-        em.w("#pragma omp simd")
-        em.w(f"for (int64_t j = {first}; j < {end}; ++j) {{")
-        em.w.depth += 1
-        em.scopes.append({})
-        _write_outputs(em, step, root, root_idx)
-        em.scopes.pop()
-        em.w.depth -= 1
-        em.w("}")
+        _simd_columns(em, step, root, root_idx, first, end)
     em.window_interior = False
     em.w.depth -= 1
     em.w("}")
     return em
+
+
+def _simd_columns(em: _Emitter, step: KernelStep, root: Node, idx: Idx, first: str, end: str) -> None:
+    """The vectorised innermost loop over ``j`` in [first, end), writing the group's outputs at ``idx``."""
+    em.w("#pragma omp simd")
+    em.w(f"for (int64_t j = {first}; j < {end}; ++j) {{")
+    em.w.depth += 1
+    em.scopes.append({})
+    _write_outputs(em, step, root, idx)
+    em.scopes.pop()
+    em.w.depth -= 1
+    em.w("}")
 
 
 SHORT_ROW = 8  # a static innermost extent up to this is nested under the next dim (an NCHW -> NHWC image: 3)
@@ -585,15 +590,7 @@ def _short_row_body(em: _Emitter, step: KernelStep, root: Node, shape: tuple[str
     outer = em.dims_of(Idx(shape[:-2], None, "r"))
     em.w("for (int64_t m = 0; m < mid; ++m) {")
     em.w.depth += 1
-    root_idx = Idx(shape, (*outer, "m", "j"), "(r * mid + m) * cols + j")
-    em.w("#pragma omp simd")
-    em.w("for (int64_t j = 0; j < cols; ++j) {")
-    em.w.depth += 1
-    em.scopes.append({})
-    _write_outputs(em, step, root, root_idx)
-    em.scopes.pop()
-    em.w.depth -= 1
-    em.w("}")
+    _simd_columns(em, step, root, Idx(shape, (*outer, "m", "j"), "(r * mid + m) * cols + j"), "0", "cols")
     em.w.depth -= 1
     em.w("}")
     em.w.depth -= 1
