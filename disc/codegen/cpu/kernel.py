@@ -213,10 +213,6 @@ class _Emitter:
         spec = get_spec(op)
         if op in UNARY:
             return UNARY[op].format(self.value(n.inputs[0], idx))
-        if op == "pow" and n.dtype in ("f32", "f64") and (by_products := POW_BY_PRODUCTS.get(_literal_scalar(n.inputs[1]))):
-            # A constant exponent as PyTorch's CPU kernel computes it (x * x * x for 3): std::pow
-            # does not vectorise, and GPT-2's tanh-GELU spent 5 ms a layer in pow(x, 3.0).
-            return by_products.format(self.value(n.inputs[0], idx))
         if op in BINARY:
             return BINARY[op].format(*(self.value(x, idx) for x in n.inputs))
         if op == "select":
@@ -480,20 +476,6 @@ def _atomic(expr: str) -> str:
 
 
 # pow(x, c) for the exponents PyTorch's CPU pow kernel special-cases, written as it computes them.
-POW_BY_PRODUCTS = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 0.5: "std::sqrt({0})", -1.0: "(1 / {0})", -2.0: "(1 / ({0} * {0}))"}
-
-
-def _literal_scalar(n: Node) -> float | None:
-    """The value of a literal constant, seen through the broadcasts and reshapes that spread it."""
-    while n.op in ("broadcast_in_dim", "reshape") and n.inputs:
-        n = n.inputs[0]
-    if n.op != "constant" or n.attrs.get("ref") is not None or isinstance(n.attrs.get("value"), (list, tuple)):
-        return None
-    value = n.attrs.get("value")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-# -- kernel functions -----------------------------------------------------------------
 def _signature(name: str, step: KernelStep) -> str:
     params = ["const Shapes& s"]
     params += [f"{C_TYPES[n.dtype]}* __restrict__ out{i}" for i, n in enumerate(step.outputs)]
