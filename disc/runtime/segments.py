@@ -37,7 +37,7 @@ from disc.codegen.lowering import Unsupported
 from disc.ir.graph import Graph, Node
 from disc.ir.registry import get_spec
 from disc.ir.types import IndexType
-from disc.runtime.reference import ExecutionProfile, build_shape_program
+from disc.runtime.reference import ExecutionProfile, ShapeProgram, build_shape_program
 
 
 def _is_free(n: Node) -> bool:
@@ -63,6 +63,7 @@ class SegmentPlan:
 
     segments: list[Segment]
     host_ops: list[list[Node]]  # per stage, in program order: torch_fallback ops and ops the code generator refused
+    shape_program: ShapeProgram  # the whole graph's: index values from the input shapes, for the host ops
     reasons: dict[Node, str] = field(default_factory=dict)  # why a refused op (not a fallback) runs in PyTorch
     host_tensors: set[Node] = field(default_factory=set)  # tensors the host reads shapes of for index operands
 
@@ -122,7 +123,8 @@ def plan_segments(graph: Graph, refused: Mapping[Node, str] | None = None) -> Se
         by_stage[stage[f]].append(f)
     # Index operands of host ops that the whole graph's shape program cannot compute from the inputs are
     # evaluated on the host at run time; the tensors whose dims they read must then be kept.
-    computed = build_shape_program(graph).computed
+    shape_program = build_shape_program(graph)
+    computed = shape_program.computed
     host_tensors: set[Node] = set()
     seen: set[Node] = set()
 
@@ -162,7 +164,7 @@ def plan_segments(graph: Graph, refused: Mapping[Node, str] | None = None) -> Se
             outputs += [o for o in graph.outputs if o.op == "constant" and o not in outputs]
         if outputs:
             segments.append(_segment_graph(graph, s, members, outputs, copied))
-    return SegmentPlan(segments, by_stage, dict(refused or {}), host_tensors)
+    return SegmentPlan(segments, by_stage, shape_program, dict(refused or {}), host_tensors)
 
 
 def _segment_graph(graph: Graph, s: int, members: list[Node], outputs: list[Node], copied: set[Node]) -> Segment:
@@ -175,28 +177,29 @@ def _segment_graph(graph: Graph, s: int, members: list[Node], outputs: list[Node
         if x in visited or x in member_set or _is_free(x):
             return
         visited.add(x)
-        if x.op == "dim" and _input_carries(graph, x):
-            return  # read from that input instead (see _dim_source)
+        if x.op == "dim" and _carrier(x, graph.inputs, graph) is not None:
+            return  # read from that input instead (see copy)
         if isinstance(x.type, IndexType) or x in copied:
             for i in x.inputs:
                 collect(i)
         else:
             boundary.append(x)
 
-    for n in [*members, *outputs]:
+    for n in members:
         for x in n.inputs:
             collect(x)
     seg = Graph(name=f"{graph.name}_s{s}", constraints=graph.constraints.copy(), constants=graph.constants)
-    mapped: dict[Node, Node] = {}
-    for x in [*graph.inputs, *boundary]:
-        mapped[x] = seg.add_input(x.name, x.tensor_type)
     available = [*graph.inputs, *boundary]
+    mapped: dict[Node, Node] = {x: seg.add_input(x.name, x.tensor_type) for x in available}
 
     def copy(x: Node) -> Node:
         if x in mapped:
             return mapped[x]
         if x.op == "dim" and x.inputs[0] not in mapped:
-            source, axis = _dim_source(x, available, graph)
+            carrier = _carrier(x, available, graph)
+            if carrier is None:
+                raise Unsupported(f"%{x.name}: no input of its segment carries the dim {x.type}")
+            source, axis = carrier
             node = seg.add_typed("dim", [copy(source)], {"axis": axis}, x.type, x.name)
         else:
             node = seg.add_typed(x.op, [copy(i) for i in x.inputs], x.attrs, x.type, x.name)
@@ -211,19 +214,14 @@ def _segment_graph(graph: Graph, s: int, members: list[Node], outputs: list[Node
     return Segment(s, seg, available, outputs)
 
 
-def _input_carries(graph: Graph, x: Node) -> bool:
-    """Whether one of the graph's inputs has the dim that ``dim`` node ``x`` reads."""
+def _carrier(x: Node, candidates: Sequence[Node], graph: Graph) -> tuple[Node, int] | None:
+    """A (tensor, axis) among ``candidates`` with the dim that ``dim`` node ``x`` reads, or None."""
     want = graph.constraints.normalize(x.inputs[0].shape[x.attrs["axis"]])
-    return any(graph.constraints.normalize(d) == want for i in graph.inputs for d in i.shape)
-
-
-def _dim_source(x: Node, available: Sequence[Node], graph: Graph) -> tuple[Node, int]:
-    want = graph.constraints.normalize(x.inputs[0].shape[x.attrs["axis"]])
-    for t in available:
+    for t in candidates:
         for axis, d in enumerate(t.shape):
             if graph.constraints.normalize(d) == want:
                 return t, axis
-    raise Unsupported(f"%{x.name}: no input of its segment carries the dim {want}")
+    return None
 
 
 def _host_call(n: Node, fallbacks: Mapping[str, Any]) -> Callable[[list[Any], dict], Any]:
@@ -256,7 +254,7 @@ class SegmentedExecutor:
         self.plan = plan
         self.device = device
         self._inputs = graph.inputs  # a scan of the whole graph: once, not per call
-        self._shape_program = build_shape_program(graph)
+        self._shape_program = plan.shape_program
         self._host_calls = {f: _host_call(f, fallbacks) for fs in plan.host_ops for f in fs}
         by_stage = {seg.stage: seg for seg in plan.segments}
         self._steps: list[tuple[Segment | None, list[Node]]] = [(by_stage.get(s), fs) for s, fs in enumerate(plan.host_ops)]

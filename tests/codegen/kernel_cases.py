@@ -204,3 +204,11 @@ func @conv_gradients(%x: f32[n, 4, h, w], %k: f32[6, 2, 3, 3]) {
   return %6, %7
 }
 """
+
+
+class Powers(nn.Module):
+    """pow by the exponents PyTorch computes as products, a square root or a reciprocal, and by one it does not."""
+
+    def forward(self, x):
+        y = x.abs() + 0.5
+        return torch.pow(x, 2.0) + torch.pow(x, 3.0) - x**2, torch.pow(y, 0.5) + y**-1 + y**-2.0, y**2.5

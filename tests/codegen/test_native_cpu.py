@@ -24,6 +24,7 @@ from kernel_cases import (
     MaskedSoftmax,
     Movement,
     Norms,
+    Powers,
     RowSum,
     check_against_eager,
 )
@@ -322,16 +323,10 @@ def test_a_program_split_into_translation_units_runs_like_one(monkeypatch, tmp_p
         assert not hasattr(lib, kernel.function(0)), kernel.name
 
 
-class _Powers(nn.Module):
-    def forward(self, x):
-        y = x.abs() + 0.5
-        return torch.pow(x, 2.0) + torch.pow(x, 3.0) - x**2, torch.pow(y, 0.5) + y**-1 + y**-2.0, y**2.5
-
-
 def test_pow_by_a_constant_exponent_is_written_as_products():
     # PyTorch computes x ** 3 as x * x * x (and 2, 0.5, -1, -2 alike); the frontend lowers them so,
     # and the kernels vectorise. Other exponents keep std::pow.
-    m = _Powers()
+    m = Powers()
     cm = _compile(m, (torch.randn(2, 5),), {"x": BXS})
     assert cm.graph.op_counts()["pow"] == 1
     for shape in [(1, 1), (3, 7), (2, 129)]:

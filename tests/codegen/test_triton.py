@@ -29,6 +29,7 @@ from kernel_cases import (
     Movement,
     Norms,
     PoolWithIndices,
+    Powers,
     RowSum,
     check_against_eager,
     ties_and_nans,
@@ -443,15 +444,9 @@ def test_sums_with_and_without_keepdim_in_one_kernel():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-class _Powers(nn.Module):
-    def forward(self, x):
-        y = x.abs() + 0.5
-        return torch.pow(x, 2.0) + torch.pow(x, 3.0) - x**2, torch.pow(y, 0.5) + y**-1 + y**-2.0, y**2.5
-
-
 def test_pow_by_a_constant_exponent_is_written_as_products():
     """The frontend writes x ** 2, 3, 0.5, -1, -2 as PyTorch's pow kernels compute them; only y ** 2.5 calls pow."""
-    m = _Powers()
+    m = Powers()
     cm = disc.compile(m, (torch.randn(2, 5),), dynamic={"x": {0: "b", 1: "s"}}, backend="triton")
     assert cm.graph.op_counts()["pow"] == 1
     source = cm.executor.build.source.text
