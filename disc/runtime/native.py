@@ -125,11 +125,16 @@ class NativeExecutor:
         4x384: 3.5 ms of a 6 ms kernel). The program itself stays stateless; the host keeps
         one buffer per thread, so concurrent calls never share it, and every program of the
         thread uses it (a call returns before the next starts): a training step's forward and
-        backward keep the larger of their workspaces, not both.
+        backward keep the larger of their workspaces, not both. It grows by at least half
+        its size, and the old buffer is freed before the new one is taken: a decoder whose
+        length grows every step would otherwise leave a slightly smaller hole in the heap at
+        every step.
         """
         ws = getattr(self._local, "workspace", None)
         if ws is None or ws.numel() < nbytes + 64:
-            ws = self._local.workspace = torch.empty(nbytes + 64, dtype=torch.uint8)
+            grown = 0 if ws is None else ws.numel() + ws.numel() // 2
+            self._local.workspace = ws = None
+            ws = self._local.workspace = torch.empty(max(nbytes + 64, grown), dtype=torch.uint8)
         return ws
 
     def release_workspace(self) -> None:

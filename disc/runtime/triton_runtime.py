@@ -127,7 +127,10 @@ class TritonRuntime:
         return torch.empty(shape, dtype=dtype, device=self.device)
 
     def workspace(self, sizes: list[int], clash: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
-        """This thread's workspace (kept between calls and programs, grown when needed) and the slot offsets."""
+        """This thread's workspace (kept between calls and programs) and the slot offsets.
+
+        Grown by at least half its size, the old buffer released first, as the CPU program's
+        (``NativeExecutor._workspace``): a length growing by one per step reallocates rarely."""
         offsets, total = place_slots(sizes, clash)
         key = str(self.device)
         kept = getattr(_THREAD_WORKSPACE, "buffers", None)
@@ -135,7 +138,9 @@ class TritonRuntime:
             kept = _THREAD_WORKSPACE.buffers = {}
         ws = kept.get(key)
         if ws is None or ws.numel() < total:
-            ws = kept[key] = torch.empty(max(total, ALIGN), dtype=torch.uint8, device=self.device)
+            grown = 0 if ws is None else ws.numel() + ws.numel() // 2
+            kept[key] = ws = None
+            ws = kept[key] = torch.empty(max(total, ALIGN, grown), dtype=torch.uint8, device=self.device)
         return ws, offsets
 
     def launch(self, step: int, version: int, kernel, grid: int, args: tuple, meta: dict) -> None:

@@ -221,6 +221,24 @@ def test_workspace_is_kept_per_thread_and_grows_only_when_needed():
     _check(cm, m, (big,), tol=1e-4)
 
 
+def test_workspace_grows_geometrically_so_a_growing_stream_reallocates_rarely():
+    # A decoder's length grows by one each step: reallocating the kept workspace at every step
+    # fragmented the heap (each new buffer a little bigger than the hole the last one left).
+    m = Attention()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    ex = cm.executor
+    ex.release_workspace()
+    buffers = []
+    for seq in range(8, 40):
+        _check(cm, m, (torch.randn(1, seq, 32),), tol=1e-4)
+        if not buffers or ex._local.workspace is not buffers[-1]:
+            buffers.append(ex._local.workspace)
+    assert 2 <= len(buffers) <= 10, [b.numel() for b in buffers]  # 32 growing calls (scores grow as seq^2)
+    for before, after in zip(buffers, buffers[1:]):
+        assert after.numel() >= before.numel() * 3 // 2
+    ex.release_workspace()
+
+
 class TwoSizes(nn.Module):
     def forward(self, x):
         wide = torch.cat([x, x * 2], dim=-1).tanh()  # [b, 2n], dead after the sum

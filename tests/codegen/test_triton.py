@@ -363,6 +363,22 @@ def test_slots_live_together_never_overlap():
         assert total <= sum(math.ceil(s / 256) * 256 for s in sizes)
 
 
+def test_the_kept_workspace_grows_geometrically():
+    from disc.runtime.triton_runtime import TritonRuntime, release_workspace
+
+    rt = TritonRuntime(torch.device(DEVICE))
+    release_workspace()
+    buffers = []
+    for size in range(10_000, 40_000, 1_000):  # a length growing by one step per call
+        ws, offsets = rt.workspace([size], [[]])
+        assert offsets == [0] and ws.numel() >= size
+        if not buffers or ws is not buffers[-1]:
+            buffers.append(ws)
+    assert len(buffers) <= 5, [b.numel() for b in buffers]
+    assert all(b.numel() >= a.numel() * 3 // 2 for a, b in zip(buffers, buffers[1:]))
+    release_workspace()
+
+
 @pytest.mark.parametrize("family", ["bert", "gpt2", "t5_encoder", "llama", "vit", "resnet"])
 def test_model_families_run_on_the_triton_backend(family):
     from disc.models import MODELS
