@@ -41,6 +41,7 @@ class CompileReport:
     calls: int = 0
     backend: Any = None  # BackendChoice: native-cpu or reference, and why
     decomposed_because: str | None = None  # why torch.export's program needed run_decompositions
+    fallback_calls: dict[str, Any] = field(default_factory=dict)  # call key -> the importer's Fallback (what disc.save writes)
 
     def text(self) -> str:
         g = self.graph
@@ -209,6 +210,7 @@ def compile(
         hints=captured.hints,
         decomposed_because=captured.decomposed_because,
         backend=choice,
+        fallback_calls=dict(captured.importer.fallbacks),
     )
     record_report(report)
     return CompiledModule(report, executor, captured.input_names, captured.out_spec)

@@ -17,6 +17,11 @@ saved source. Any other mismatch (a truncated or altered file, another
 format) is an error naming the file: nothing is loaded half-way.
 Nothing in ``program.so`` links against torch: the same folder is what a
 standalone runner needs.
+
+A graph with fallbacks (ops PyTorch runs between compiled segments) is saved
+too: the manifest lists each fallback as its ATen operator and arguments. Its
+segments are not stored as libraries; loading builds them again (from the
+compile cache where this machine built them before), and it needs PyTorch.
 """
 
 from __future__ import annotations
@@ -54,8 +59,7 @@ def save(compiled: Any, folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     report = compiled.report
     graph = report.graph
-    if report.fallbacks:
-        raise ArtifactError(f"cannot save {report.name}: ops {sorted(report.fallbacks)} run in PyTorch (fallbacks are Python callables)")
+    fallbacks = _encoded_fallbacks(report)
     try:
         out_spec = pytree.treespec_dumps(compiled.out_spec)
     except Exception as e:  # a custom output container pytree cannot serialise
@@ -75,6 +79,9 @@ def save(compiled: Any, folder: str | os.PathLike) -> Path:
             "files": {"program.disc": _digest(ir), "constants.bin": {"sha256": blob_digest, "bytes": blob_bytes}},
             "constants": constants,
         }
+        if fallbacks:
+            manifest["fallbacks"] = fallbacks
+            manifest["fallback_counts"] = dict(report.fallbacks)
         native = report.backend.native if report.backend is not None else None
         if native is not None:
             from disc.codegen.cpu.toolchain import host_digest
@@ -115,7 +122,12 @@ def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
     # The parameters are the bulk of the bytes: they are read and hashed while the IR is parsed
     # and lowered against placeholders of their shapes (lowering reads no parameter values).
     placeholders = {c["name"]: torch.empty(c["shape"], dtype=DTYPES[c["dtype"]], device="meta") for c in manifest["constants"]}
-    chosen = backend or ("native" if manifest["backend"] == "native-cpu" else manifest["backend"])
+    saved = manifest["backend"]
+    # A program cut at fallbacks is rebuilt segment by segment, as compiled ("auto" moves the
+    # ops the code generator refuses to PyTorch, as it did then).
+    chosen = backend or ("native" if saved == "native-cpu" else "auto" if saved.endswith(" segments") else saved)
+    device = "cuda" if saved.startswith("triton") and torch.cuda.is_available() else "cpu"
+    fallbacks = _decoded_fallbacks(folder, manifest)
     native = None
     with ThreadPoolExecutor(max_workers=1) as pool:
         constants = pool.submit(_constants, folder / "constants.bin", manifest)
@@ -127,15 +139,41 @@ def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
         from disc.runtime.native import NativeExecutor
 
         executor, choice = NativeExecutor(graph, native, _ral(folder, manifest)), BackendChoice("native-cpu", native=native)
-    elif chosen.startswith("triton"):
-        executor, choice = make_executor(graph, {}, "triton", "cuda" if torch.cuda.is_available() else "cpu")
     else:
-        executor, choice = make_executor(graph, {}, chosen, "cpu")
+        executor, choice = make_executor(graph, fallbacks, chosen, device)
     report = CompileReport(
-        name=manifest["name"], source="disc.load", graph=graph, fallbacks={}, compile_seconds=time.perf_counter() - start, backend=choice
+        name=manifest["name"],
+        source="disc.load",
+        graph=graph,
+        fallbacks=dict(manifest.get("fallback_counts", {})),
+        compile_seconds=time.perf_counter() - start,
+        backend=choice,
+        fallback_calls=fallbacks,
     )
     record_report(report)
     return CompiledModule(report, executor, manifest["input_names"], pytree.treespec_loads(manifest["out_spec"]))
+
+
+def _encoded_fallbacks(report: Any) -> dict[str, dict]:
+    """The PyTorch calls of the graph's ``torch_fallback`` ops as JSON, by call key."""
+    keys = [n.attrs["call"] for n in report.graph.nodes if n.op == "torch_fallback"]
+    try:
+        return {key: report.fallback_calls[key].to_json() for key in keys}
+    except KeyError as e:
+        raise ArtifactError(f"cannot save {report.name}: the PyTorch call of fallback {e} is not known (compiled before disc kept it)") from e
+    except ValueError as e:
+        raise ArtifactError(f"cannot save {report.name}: {e}") from e
+
+
+def _decoded_fallbacks(folder: Path, manifest: dict) -> dict[str, Any]:
+    if not manifest.get("fallbacks"):
+        return {}
+    from disc.frontends.torch.importer import Fallback
+
+    try:
+        return {key: Fallback.from_json(call) for key, call in manifest["fallbacks"].items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ArtifactError(f"saved program {folder}: a fallback in manifest.json cannot be read ({e})") from e
 
 
 def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:

@@ -170,14 +170,59 @@ def test_saving_again_replaces_the_folder_and_the_reference_backend_round_trips(
     _check(model, loaded)
 
 
-class WithFallback(nn.Module):
+class WithFallbacks(nn.Module):
+    """Ops PyTorch runs between compiled segments: one disc cannot lower, a data-dependent
+    selection (its count becomes a dim of the ops after it) and a two-output sort."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
     def forward(self, x):
-        return torch.special.bessel_j0(x) + 1  # no disc lowering: runs in PyTorch
+        h = torch.special.bessel_j0(self.fc(x)) + 1
+        keep = h[:, 0] > 1.2
+        picked = torch.relu(h[keep]) * 2
+        values, order = torch.sort(h, dim=-1)
+        return picked.sum(0), values * 3, order
 
 
-def test_a_program_with_fallbacks_is_not_saved(tmp_path):
-    cm = disc.compile(WithFallback(), (torch.randn(4),), dynamic={"x": {0: "n"}})
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_a_program_with_fallbacks_round_trips(tmp_path, backend):
+    torch.manual_seed(0)
+    model = WithFallbacks().eval()
+    cm = disc.compile(model, (torch.randn(5, 6),), dynamic={"x": {0: "n"}}, backend=backend)
     assert cm.report.fallbacks
-    with pytest.raises(ArtifactError, match="bessel_j0"):
+    folder = cm.save(tmp_path / "f")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert sorted(call["target"] for call in manifest["fallbacks"].values()) == ["aten::index.Tensor", "aten::sort.default", "aten::sort.default", "aten::special_bessel_j0.default"]
+    loaded = disc.load(folder)
+    assert loaded.report.backend.name == cm.report.backend.name
+    assert loaded.report.fallbacks == cm.report.fallbacks
+    for n in (5, 1, 8, 3):
+        x = torch.randn(n, 6)
+        with torch.no_grad():
+            want = model(x)
+        got = loaded(x)
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_fallback_that_cannot_be_written_is_refused_by_name(tmp_path):
+    cm = disc.compile(WithFallbacks(), (torch.randn(5, 6),), dynamic={"x": {0: "n"}})
+    key = next(k for k, call in cm.report.fallback_calls.items() if "sort" in str(call.target))
+    call = cm.report.fallback_calls[key]
+    cm.report.fallback_calls[key] = type(call)(call.target, (*call.args, object()), call.kwargs, call.output_index, call.op_name)
+    with pytest.raises(ArtifactError, match="aten.sort.default .* argument of type object"):
         cm.save(tmp_path / "f")
     assert not (tmp_path / "f").exists()
+
+
+def test_a_saved_fallback_this_torch_lacks_is_an_error(tmp_path):
+    cm = disc.compile(WithFallbacks(), (torch.randn(5, 6),), dynamic={"x": {0: "n"}})
+    folder = cm.save(tmp_path / "f")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for call in manifest["fallbacks"].values():
+        call["target"] = call["target"].replace("special_bessel_j0", "no_such_op")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="no operator aten::no_such_op.default"):
+        disc.load(folder)

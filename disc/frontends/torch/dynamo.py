@@ -248,6 +248,7 @@ def _compile_aten(
         fallbacks=dict(importer.fallback_counts),
         compile_seconds=time.perf_counter() - start,
         backend=choice,
+        fallback_calls=dict(importer.fallbacks),
     )
     record_report(report)
     names = [s.name for s in specs]

@@ -56,6 +56,69 @@ class Fallback:
                 results[self.op_name] = out
         return out[self.output_index] if self.output_index is not None else out
 
+    def to_json(self) -> dict[str, Any]:
+        """This call as JSON (``disc.save``); ValueError names what cannot be written."""
+        if not isinstance(self.target, torch._ops.OpOverload):
+            raise ValueError(f"{self.op_name} calls {self.target!r}, which is not an ATen operator")
+        where = f"{self.target} ({self.op_name})"
+        return {
+            "target": f"{self.target.namespace}::{self.target._schema.name.split('::')[-1]}.{self.target._overloadname}",
+            "args": _encode(self.args, where),
+            "kwargs": _encode(self.kwargs, where),
+            "output_index": self.output_index,
+            "op_name": self.op_name,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Fallback:
+        """The call ``to_json`` wrote; ValueError if this torch has no such operator."""
+        namespace, rest = data["target"].split("::", 1)
+        name, overload = rest.rsplit(".", 1)
+        try:
+            target = getattr(getattr(getattr(torch.ops, namespace), name), overload)
+        except (AttributeError, RuntimeError) as e:
+            raise ValueError(f"this torch has no operator {data['target']} ({e})") from e
+        return Fallback(target, _decode(data["args"]), _decode(data["kwargs"]), data["output_index"], data["op_name"])
+
+
+# Literal argument kinds a saved fallback may hold, beyond JSON's own (str, int, float, bool, None).
+_TORCH_LITERALS: dict[str, tuple[type, Callable[[Any], str], Callable[[str], Any]]] = {
+    "dtype": (torch.dtype, lambda v: str(v).removeprefix("torch."), lambda s: getattr(torch, s)),
+    "device": (torch.device, str, torch.device),
+    "layout": (torch.layout, lambda v: str(v).removeprefix("torch."), lambda s: getattr(torch, s)),
+    "memory_format": (torch.memory_format, lambda v: str(v).removeprefix("torch."), lambda s: getattr(torch, s)),
+}
+
+
+def _encode(tree: Any, where: str) -> Any:
+    # Tagged one-key objects keep tuples, slots and torch literals apart from plain lists and strings.
+    if isinstance(tree, _Slot):
+        return {"slot": tree.index}
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    if isinstance(tree, (list, tuple)):
+        return {"tuple" if isinstance(tree, tuple) else "list": [_encode(x, where) for x in tree]}  # FX's immutable_list is a list
+    if isinstance(tree, dict) and all(isinstance(k, str) for k in tree):
+        return {"dict": {k: _encode(v, where) for k, v in tree.items()}}
+    for kind, (cls, write, _) in _TORCH_LITERALS.items():
+        if isinstance(tree, cls):
+            return {kind: write(tree)}
+    raise ValueError(f"{where} has an argument of type {type(tree).__name__} ({tree!r}), which cannot be saved")
+
+
+def _decode(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    ((kind, value),) = data.items()
+    if kind == "slot":
+        return _Slot(value)
+    if kind in ("list", "tuple"):
+        items = [_decode(x) for x in value]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {k: _decode(v) for k, v in value.items()}
+    return _TORCH_LITERALS[kind][2](value)
+
 
 RNG_SEED_INPUT = "rng_seed"  # the graph input (i64[1]) seeding every random op of a call
 
