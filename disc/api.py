@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from disc.errors import CompileError, InputError
 from disc.ir.graph import Graph
@@ -136,20 +137,23 @@ class CompiledModule:
         return 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from disc.frontends.torch.export import unflatten_outputs
-
         tensors = list(args)
-        for name in self.input_names[len(args) :]:
-            if name not in kwargs:
-                raise InputError(f"missing input {name!r}; inputs are {self.input_names}")
-            tensors.append(kwargs.pop(name))
-        if kwargs:
-            raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
+        if kwargs or len(tensors) < len(self.input_names):
+            for name in self.input_names[len(args) :]:
+                if name not in kwargs:
+                    raise InputError(f"missing input {name!r}; inputs are {self.input_names}")
+                tensors.append(kwargs.pop(name))
+            if kwargs:
+                raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
         self._check_inputs(tensors)
         self.report.calls += 1
-        with torch.no_grad():
+        # Entering no_grad costs ~1.5 us, a tenth of a small call: only when grad is on.
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                outs = self.executor.run(tensors)
+        else:
             outs = self.executor.run(tensors)
-        return unflatten_outputs(self.out_spec, outs)
+        return pytree.tree_unflatten(outs, self.out_spec)
 
 
     def save(self, folder: str | os.PathLike) -> Path:

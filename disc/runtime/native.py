@@ -114,6 +114,11 @@ class NativeExecutor:
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[t.data_ptr() for t in self._consts])
         self._ranks = [len(n.shape) for n in graph.inputs]
         self._out_meta = [(len(o.shape), DTYPES[o.dtype]) for o in lp.output_buffers]
+        # The ctypes array types of a call's arguments, made once (a call only fills them).
+        self._dims_t = ctypes.c_int64 * max(sum(self._ranks), 1)
+        self._out_dims_t = ctypes.c_int64 * max(sum(r for r, _ in self._out_meta), 1)
+        self._in_ptrs_t = ctypes.c_void_p * max(len(graph.inputs), 1)
+        self._out_ptrs_t = ctypes.c_void_p * max(len(self._out_meta), 1)
         self._out_specs = lp.outputs
         self._local = _THREAD_WORKSPACE
 
@@ -141,12 +146,11 @@ class NativeExecutor:
         """Free the calling thread's kept workspace, shared by every program (the next call allocates a fresh one)."""
         self._local.workspace = None
 
-    def _plan(self, inputs: Sequence[torch.Tensor]):
+    def _plan(self, inputs: Sequence[torch.Tensor], ctx: Any = None):
         """Input dims for the native calls, output dims and workspace bytes (``disc_shapes``)."""
-        dims_list = [int(d) for t in inputs for d in t.shape]
-        dims = (ctypes.c_int64 * max(len(dims_list), 1))(*dims_list)
-        ctx = self.ral.Ctx()
-        out_dims = (ctypes.c_int64 * max(sum(r for r, _ in self._out_meta), 1))()
+        dims = self._dims_t(*[d for t in inputs for d in t.shape])
+        ctx = ctx if ctx is not None else self.ral.Ctx()
+        out_dims = self._out_dims_t()
         ws_bytes = ctypes.c_int64(0)
         rc = self._shapes(dims, out_dims, ctypes.byref(ws_bytes), ctypes.byref(ctx))
         if rc:
@@ -159,7 +163,8 @@ class NativeExecutor:
         inputs = [t.contiguous() for t in inputs]
         if out is not None and len(out) != len(self._out_meta):
             raise ValueError(f"out: expected {len(self._out_meta)} buffers, got {len(out)}")
-        dims, out_dims, ws_bytes = self._plan(inputs)
+        ctx = self.ral.Ctx()  # per call: the error of this call only
+        dims, out_dims, ws_bytes = self._plan(inputs, ctx)
         outs, pos = [], 0
         for k, (rank, dtype) in enumerate(self._out_meta):
             shape = tuple(out_dims[pos : pos + rank])
@@ -176,9 +181,8 @@ class NativeExecutor:
             outs.append(given)
         workspace = self._workspace(max(ws_bytes, 1))
         ws_ptr = (workspace.data_ptr() + 63) & ~63
-        in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[t.data_ptr() for t in inputs])
-        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[t.data_ptr() for t in outs])
-        ctx = self.ral.Ctx()
+        in_ptrs = self._in_ptrs_t(*[t.data_ptr() for t in inputs])
+        out_ptrs = self._out_ptrs_t(*[t.data_ptr() for t in outs])
         rc = self._run(self.ral.table, ctypes.byref(ctx), dims, in_ptrs, self._const_ptrs, out_ptrs, ws_ptr)
         if rc:
             self._raise(rc, ctx)

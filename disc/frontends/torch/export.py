@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.fx.experimental import _config as fx_config
 
 from disc.errors import CompileError
@@ -267,7 +266,3 @@ def matmul_lowers(a: Sequence[Any], b: Sequence[Any]) -> bool:
     if len(a) >= 2 and len(b) == 2:
         return True
     return len(a) == len(b) >= 3 and all(str(x) == str(y) for x, y in zip(a[:-2], b[:-2]))
-
-
-def unflatten_outputs(out_spec: Any, outs: list[torch.Tensor]) -> Any:
-    return pytree.tree_unflatten(outs, out_spec)
