@@ -73,14 +73,18 @@ def test_pooling_matches_eager(name: str) -> None:
 def test_pooling_interior_loop_has_no_padding_checks() -> None:
     cm = disc.compile(Pool(POOLS["max_3x3_s2_p1"]), (torch.randn(2, 3, 9, 10),), dynamic={"x": {2: "h", 3: "w"}}, backend="reference")
     text = build_native(cm.graph).source.text
-    body = text[text.index("for (int64_t j = j_lo; j < j_hi; ++j)") :]
-    interior = body[: body.index("#pragma omp simd")]
-    assert interior.count("in0[") == 9
-    columns = re.findall(r"const int64_t (p\d+) = j \* 2 \+ -?\d+;", interior)
-    assert len(columns) == 9
-    for p in columns:  # column positions are used as they are: not clamped, not masked
-        assert not re.search(rf"std::min<int64_t>\({p}\b|\({p} >= 0\)", interior), p
-    assert interior.count(" ? ") == 9  # rows are still masked (the row index may be in the padding)
+    # Rows whose windows lie inside the input come first, then the border rows.
+    inside_rows, border_rows = text.split("} else {", 1)
+    assert re.search(r"if \(\(i\d+ \* 2 - 1 >= 0\) & \(i\d+ \* 2 - 1 \+ 2 < s\.h\)\) \{", inside_rows)
+    for rows, row_masks in ((inside_rows, 0), (border_rows, 9)):
+        body = rows[rows.index("for (int64_t j = j_lo; j < j_hi; ++j)") :]
+        interior = body[: body.index("#pragma omp simd")]
+        assert interior.count("in0[") == 9
+        columns = re.findall(r"const int64_t (p\d+) = j \* 2 \+ -?\d+;", interior)
+        assert len(columns) == 9
+        for p in columns:  # column positions are used as they are: not clamped, not masked
+            assert not re.search(rf"std::min<int64_t>\({p}\b|\({p} >= 0\)", interior), p
+        assert interior.count(" ? ") == row_masks  # border rows still mask the row index (it may be in the padding)
 
 
 @pytest.mark.parametrize("conv", [False, True], ids=["raw", "after_conv"])

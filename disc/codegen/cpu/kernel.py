@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
@@ -118,6 +119,7 @@ class _Emitter:
         self.cached: list[Node] = []  # reduction kernels: the values kept in row caches
         self.hoisted: dict[str, str] = {}  # C++ dim expression -> the local holding it
         self.window_interior = False  # windows along the innermost dim lie inside the input (no padding check)
+        self.rows_interior = False  # windows along the outer dims lie inside the input, for this row
 
     # -- small helpers --------------------------------------------------------
     def dim(self, d) -> str:
@@ -385,6 +387,7 @@ class _Emitter:
         # so window loops inside the j loop would keep it scalar.
         windowed = pooled_dims(window, strides, padding)
         unroll = math.prod(window[d] for d in windowed) <= WINDOW_UNROLL_MAX
+        first = True  # the first window position (unrolled): argmax takes it outright when nothing is masked
         offsets: dict[int, list[int | str]] = {}  # per windowed dim: the window positions, or a loop variable
         opened = 0
         for d in windowed:
@@ -405,7 +408,7 @@ class _Emitter:
                 shift = f"{k * dilation[d] - lo}" if isinstance(k, int) else f"{k} * {dilation[d]} - {lo}"
                 pos = self.let("int64_t", f"{out[d]} * {strides[d]} + {shift}", "p")
                 unclamped[d] = pos
-                if d == rank - 1 and self.window_interior:
+                if self.window_interior if d == rank - 1 else self.rows_interior:
                     local[d] = pos
                     continue
                 size = self.dim(x.shape[d])
@@ -413,7 +416,8 @@ class _Emitter:
                 local[d] = self.let("int64_t", f"std::max<int64_t>(std::min<int64_t>({pos}, {size} - 1), 0)", "c")
             v = self.value(x, self._operand_idx(x, local))
             if kind == "argmax":
-                self._argmax_step(n, v, conds, unclamped, acc, at)
+                self._argmax_step(n, v, conds, unclamped, acc, at, seeded=unroll and not conds, first=first)
+                first = False
                 continue
             if conds:  # `&`, not `&&`: a branch-free mask keeps the loop vectorisable
                 v = self.let(t, f"({' & '.join(conds)}) ? {v} : {t}({init})")
@@ -424,17 +428,25 @@ class _Emitter:
             self.w("}")
         return at if kind == "argmax" else acc
 
-    def _argmax_step(self, n: Node, v: str, conds: list[str], pos: list[str], best: str, at: str) -> None:
+    def _argmax_step(self, n: Node, v: str, conds: list[str], pos: list[str], best: str, at: str, *, seeded: bool, first: bool) -> None:
         """One window position of max-pool's index rule, branch-free.
 
         The first in-bounds element is taken, then any larger one or any NaN, so
         equal maxima keep the first and NaNs the last (the walk is in index order).
+        Where no position is masked and the window is unrolled (``seeded``), the
+        first position is taken outright and the ``at < 0`` test dropped: a 64-bit
+        test among 32-bit float masks keeps GCC from vectorising (interior rows of
+        ResNet's 3x3 pool at 8x48x52x32: 0.76 -> 0.10 ms).
         """
         x = n.inputs[0]
         flat = ""
         for d in n.attrs["index_dims"]:
             flat = f"({flat}) * {self.dim(x.shape[d])} + {pos[d]}" if flat else pos[d]
-        better = f"({v} > {best})" + (f" | ({v} != {v})" if x.dtype in ("f32", "f64") else "") + f" | ({at} < 0)"
+        if seeded and first:
+            self.w(f"{best} = {v};")
+            self.w(f"{at} = {flat};")
+            return
+        better = f"({v} > {best})" + (f" | ({v} != {v})" if x.dtype in ("f32", "f64") else "") + ("" if seeded else f" | ({at} < 0)")
         take = self.let("bool", f"({' & '.join(conds)}) & ({better})" if conds else f"({better})", "t")
         self.w(f"{best} = {take} ? {v} : {best};")
         self.w(f"{at} = {take} ? {flat} : {at};")
@@ -521,13 +533,32 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool,
         em.w(f"const int64_t j_lo = std::min<int64_t>({split[0]}, cols);")
         em.w(f"const int64_t j_hi = std::max<int64_t>(std::min<int64_t>({split[1]}, cols), j_lo);")
         columns = [("0", "j_lo", False), ("j_lo", "j_hi", True), ("j_hi", "cols", False)]
-    for first, end, interior in columns:
-        em.window_interior = interior
-        _simd_columns(em, step, root, root_idx, first, end)
-    em.window_interior = False
+    inside = _window_rows(em, root, outer)
+    if inside is not None:
+        # Rows whose windows lie inside the input along the outer dims (most of them) read
+        # without masks; GCC does not vectorise a loop with several loop-invariant masks.
+        em.w(f"if ({inside}) {{")
+        em.w.depth += 1
+        em.rows_interior = True
+        _column_ranges(em, step, root, root_idx, columns)
+        em.rows_interior = False
+        em.w.depth -= 1
+        em.w("} else {")
+        em.w.depth += 1
+    _column_ranges(em, step, root, root_idx, columns)
+    if inside is not None:
+        em.w.depth -= 1
+        em.w("}")
     em.w.depth -= 1
     em.w("}")
     return em
+
+
+def _column_ranges(em: _Emitter, step: KernelStep, root: Node, idx: Idx, columns: list[tuple[str, str, bool]]) -> None:
+    for first, end, interior in columns:
+        em.window_interior = interior
+        _simd_columns(em, step, root, idx, first, end)
+    em.window_interior = False
 
 
 def _simd_columns(em: _Emitter, step: KernelStep, root: Node, idx: Idx, first: str, end: str) -> None:
@@ -615,6 +646,33 @@ def _window_split(em: _Emitter, root: Node) -> tuple[str, str] | None:
     lo_expr = los[0] if len(los) == 1 else f"std::max<int64_t>({{{', '.join(los)}}})"
     hi_expr = his[0] if len(his) == 1 else f"std::min<int64_t>({{{', '.join(his)}}})"
     return lo_expr, hi_expr
+
+
+def _window_rows(em: _Emitter, root: Node, outer: Sequence[str]) -> str | None:
+    """The C++ test that every window of the group lies inside its input along the outer dims, at
+    the row whose indices are ``outer``; None where no window pools an outer dim.
+
+    Under the same conditions as ``_window_split``: each reduce_window is read at the root's index.
+    """
+    windows = [n for n in em.step.group.nodes if n.op == "reduce_window"]
+    if not windows:
+        return None
+    for n in em.step.group.nodes:
+        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert")):
+            return None
+    conds = []
+    for n in windows:
+        if not em.c.prove_same_shape(n.shape, root.shape):
+            return None
+        window, strides, dilation, padding = _window_attrs(n)
+        for d in pooled_dims(window, strides, padding):
+            if d == len(n.shape) - 1:
+                continue
+            start = f"{outer[d]} * {strides[d]} - {padding[d][0]}"
+            if padding[d][0] > 0:
+                conds.append(f"({start} >= 0)")
+            conds.append(f"({start} + {(window[d] - 1) * dilation[d]} < {em.dim(n.inputs[0].shape[d])})")
+    return " & ".join(conds) if conds else None
 
 
 def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: list[Node] | None = None) -> None:
