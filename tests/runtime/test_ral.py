@@ -326,6 +326,26 @@ def test_gemm_routine_is_chosen_by_shape():
         assert ral.cache_entries()["matmul_plans"] == before
 
 
+@needs_dnnl
+def test_matmul_plans_are_kept_least_recently_used_first_out():
+    # A decoder meets a new m every step: plans stay bounded, and the recent ones are hits.
+    ral = load_ral("dnnl")
+    b = _operand(96, 32, "t")  # k = 96: a shape no other test uses
+    first = ral.cache_entries()["matmul_plans_built"]
+    for m in range(16, 16 + 300):
+        a = torch.randn(m, 96)
+        assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4, m
+    after = ral.cache_entries()
+    assert after["matmul_plans_built"] - first == 300
+    assert after["matmul_plans"] == 256  # the capacity, not every m seen
+    ral.gemm(torch.randn(16 + 299, 96), b)  # the most recent: still there
+    assert ral.cache_entries()["matmul_plans_built"] == after["matmul_plans_built"]
+    a = torch.randn(16, 96)  # the oldest: dropped, built again, and still right
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4
+    assert ral.cache_entries()["matmul_plans_built"] == after["matmul_plans_built"] + 1
+    assert ral.cache_entries()["matmul_plans"] == 256
+
+
 _FORCED_MATMUL = r"""
 import torch
 from disc.runtime.ral import load_ral

@@ -408,7 +408,8 @@ class _Emitter:
                 shift = f"{k * dilation[d] - lo}" if isinstance(k, int) else f"{k} * {dilation[d]} - {lo}"
                 pos = self.let("int64_t", f"{out[d]} * {strides[d]} + {shift}", "p")
                 unclamped[d] = pos
-                if self.window_interior if d == rank - 1 else self.rows_interior:
+                inside = self.window_interior if d == rank - 1 else self.rows_interior
+                if inside:  # no clamp, no mask
                     local[d] = pos
                     continue
                 size = self.dim(x.shape[d])
@@ -617,22 +618,29 @@ def _window_attrs(n: Node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int,
     return n.attrs["window"], n.attrs["strides"], n.attrs["dilation"] or (1,) * rank, n.attrs["padding"] or ((0, 0),) * rank
 
 
+def _windows_at_root_index(em: _Emitter, root: Node) -> list[Node] | None:
+    """The group's reduce_windows when each is read at the root's own index (a group of windowed
+    reductions and elementwise ops, every window of the root's shape); else None."""
+    windows = [n for n in em.step.group.nodes if n.op == "reduce_window"]
+    for n in em.step.group.nodes:
+        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert")):
+            return None
+    if not all(em.c.prove_same_shape(n.shape, root.shape) for n in windows):
+        return None
+    return windows
+
+
 def _window_split(em: _Emitter, root: Node) -> tuple[str, str] | None:
     """The column range ``[lo, hi)`` in which every window of the group lies inside its input.
 
     Only for groups of windowed reductions and elementwise ops whose values all have
     the root's shape, so each reduce_window is read at the root's own index.
     """
-    windows = [n for n in em.step.group.nodes if n.op == "reduce_window"]
+    windows = _windows_at_root_index(em, root)
     if not windows:
         return None
-    for n in em.step.group.nodes:
-        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert")):
-            return None
     los, his = [], []
     for n in windows:
-        if not em.c.prove_same_shape(n.shape, root.shape):
-            return None
         d = len(n.shape) - 1
         window, strides, dilation, padding = _window_attrs(n)
         w, s, dil, lo = window[d], strides[d], dilation[d], padding[d][0]
@@ -654,16 +662,8 @@ def _window_rows(em: _Emitter, root: Node, outer: Sequence[str]) -> str | None:
 
     Under the same conditions as ``_window_split``: each reduce_window is read at the root's index.
     """
-    windows = [n for n in em.step.group.nodes if n.op == "reduce_window"]
-    if not windows:
-        return None
-    for n in em.step.group.nodes:
-        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert")):
-            return None
     conds = []
-    for n in windows:
-        if not em.c.prove_same_shape(n.shape, root.shape):
-            return None
+    for n in _windows_at_root_index(em, root) or []:
         window, strides, dilation, padding = _window_attrs(n)
         for d in pooled_dims(window, strides, padding):
             if d == len(n.shape) - 1:

@@ -266,10 +266,11 @@ class Ral:
         return gx, gw
 
     def cache_entries(self) -> dict[str, int]:
-        """Sizes of the RAL's caches: convolution plans, reordered constant weights, matmul plans."""
+        """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans)
+        and how many matmul plans were built so far (each miss builds one)."""
         fn = self.lib.disc_ral_cpu_cache_entries
         fn.restype, fn.argtypes = _i64, [_i32]
-        return {"conv_plans": fn(0), "packed_weights": fn(1), "matmul_plans": fn(2)}
+        return {"conv_plans": fn(0), "packed_weights": fn(1), "matmul_plans": fn(2), "matmul_plans_built": fn(3)}
 
     def call_gemm(self, args: GemmArgs) -> None:
         """Call the table's ``gemm`` with a fresh ctx; raise RuntimeFailure on failure."""

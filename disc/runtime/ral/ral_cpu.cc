@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -590,7 +591,10 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);  // engines are thread-safe
+  static dnnl::engine eng = [] {
+    dnnl::set_primitive_cache_capacity(0);  // the plan caches below keep what is reused, bounded
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();  // engines are thread-safe
   return eng;
 }
 
@@ -709,10 +713,14 @@ std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
 }
 
 // A map whose values are built outside the lock (primitive creation takes milliseconds and must
-// not serialise unrelated calls); if two threads race, the first insertion wins.
+// not serialise unrelated calls); if two threads race, the first insertion wins. Dynamic shapes
+// make the key space unbounded (a decoder meets a new length every step, and each GEMM of a new
+// m is a new primitive, ~50 KB of JIT code): past `capacity` entries the least recently used
+// plan is dropped (a call still running it keeps it alive through its shared_ptr).
 template <typename K, typename V, typename H>
 class SharedCache {
  public:
+  explicit SharedCache(size_t capacity) : capacity_(capacity) {}
   int64_t size() {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int64_t>(map_.size());
@@ -720,25 +728,43 @@ class SharedCache {
   std::shared_ptr<const V> find(const K& key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
-    return it == map_.end() ? nullptr : it->second;
+    if (it == map_.end()) return nullptr;
+    recent_.splice(recent_.begin(), recent_, it->second.second);
+    return it->second.first;
   }
-  // Dynamic shapes make the key space unbounded: past `capacity` entries the map starts over
-  // (plans in use stay alive through their shared_ptr; the next calls rebuild what they need).
-  std::shared_ptr<const V> insert(const K& key, std::shared_ptr<const V> value, size_t capacity) {
+  std::shared_ptr<const V> insert(const K& key, std::shared_ptr<const V> value) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (map_.size() >= capacity && map_.find(key) == map_.end()) map_.clear();
-    return map_.emplace(key, std::move(value)).first->second;
+    auto it = map_.find(key);
+    if (it != map_.end()) return it->second.first;
+    if (map_.size() >= capacity_) {
+      map_.erase(recent_.back());
+      recent_.pop_back();
+    }
+    recent_.push_front(key);
+    ++built_;
+    return map_.emplace(key, Entry{std::move(value), recent_.begin()}).first->second.first;
+  }
+  int64_t built() {  // plans ever inserted (misses), for tests
+    std::lock_guard<std::mutex> lock(mu_);
+    return built_;
   }
 
  private:
+  using Entry = std::pair<std::shared_ptr<const V>, typename std::list<K>::iterator>;
   std::mutex mu_;
-  std::unordered_map<K, std::shared_ptr<const V>, H> map_;
+  const size_t capacity_;
+  std::list<K> recent_;  // most recently used first
+  int64_t built_ = 0;
+  std::unordered_map<K, Entry, H> map_;
 };
 
-constexpr size_t kMaxPlans = 4096;
+// Plans kept per kind. oneDNN's own primitive cache is switched off (cpu_engine): it would keep
+// the primitives these caches drop alive.
+constexpr size_t kMaxConvPlans = 1024;
+constexpr size_t kMaxMatmulPlans = 256;
 
 SharedCache<ConvKey, ConvPlan, ArrayHash<kConvKeyLen>>& plan_cache() {
-  static auto* cache = new SharedCache<ConvKey, ConvPlan, ArrayHash<kConvKeyLen>>();  // never destroyed: no exit-order races
+  static auto* cache = new SharedCache<ConvKey, ConvPlan, ArrayHash<kConvKeyLen>>(kMaxConvPlans);  // never destroyed: no exit-order races
   return *cache;
 }
 
@@ -834,7 +860,7 @@ std::shared_ptr<const MatmulPlan> make_matmul_plan(const Gemm2D& g, const Layout
 }
 
 SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>& matmul_cache() {
-  static auto* cache = new SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>();  // never destroyed
+  static auto* cache = new SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>(kMaxMatmulPlans);  // never destroyed
   return *cache;
 }
 
@@ -843,7 +869,7 @@ SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>& matmul_cache() {
 std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
   const MatmulKey key{g.m, g.n, g.k, la.trans, la.ld, lb.trans, lb.ld, ldc};
   std::shared_ptr<const MatmulPlan> plan = matmul_cache().find(key);
-  if (!plan) plan = matmul_cache().insert(key, make_matmul_plan(g, la, lb, ldc), kMaxPlans);
+  if (!plan) plan = matmul_cache().insert(key, make_matmul_plan(g, la, lb, ldc));
   if (!plan->usable) return std::nullopt;
   Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
   if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
@@ -861,7 +887,7 @@ std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layo
 int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   const ConvKey key = conv_key(x);
   std::shared_ptr<const ConvPlan> plan = plan_cache().find(key);
-  if (!plan) plan = plan_cache().insert(key, make_plan(x), kMaxPlans);
+  if (!plan) plan = plan_cache().insert(key, make_plan(x));
   dnnl::engine& eng = cpu_engine();
   dnnl::stream s(eng);
 
@@ -966,7 +992,7 @@ std::shared_ptr<const GradPlan> make_grad_plan(const disc_conv2d_args& x, ConvGr
 }
 
 SharedCache<GradKey, GradPlan, ArrayHash<kConvKeyLen + 1>>& grad_plan_cache() {
-  static auto* cache = new SharedCache<GradKey, GradPlan, ArrayHash<kConvKeyLen + 1>>();  // never destroyed
+  static auto* cache = new SharedCache<GradKey, GradPlan, ArrayHash<kConvKeyLen + 1>>(kMaxConvPlans);  // never destroyed
   return *cache;
 }
 
@@ -976,7 +1002,7 @@ int32_t dnnl_conv2d_grad(disc_ral_ctx* ctx, const disc_conv2d_args& x, ConvGrad 
   std::copy(base.begin(), base.end(), key.begin());
   key[kConvKeyLen] = static_cast<int64_t>(which);
   std::shared_ptr<const GradPlan> plan = grad_plan_cache().find(key);
-  if (!plan) plan = grad_plan_cache().insert(key, make_grad_plan(x, which), kMaxPlans);
+  if (!plan) plan = grad_plan_cache().insert(key, make_grad_plan(x, which));
   dnnl::engine& eng = cpu_engine();
   dnnl::stream s(eng);
 
@@ -1102,10 +1128,16 @@ const char* library_name() {
 }  // namespace
 
 // Not part of the ABI: cache sizes for tests and diagnostics (0: conv plans, 1: packed weights,
-// 2: matmul-primitive plans).
+// 2: matmul-primitive plans, 3: matmul-primitive plans built so far).
 extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_entries(int32_t which) {
 #ifdef DISC_HAVE_DNNL
-  return which == 0 ? plan_cache().size() : which == 1 ? weight_cache().size() : which == 2 ? matmul_cache().size() : -1;
+  switch (which) {
+    case 0: return plan_cache().size();
+    case 1: return weight_cache().size();
+    case 2: return matmul_cache().size();
+    case 3: return matmul_cache().built();
+    default: return -1;
+  }
 #else
   (void)which;
   return 0;
