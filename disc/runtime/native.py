@@ -14,6 +14,7 @@ import ctypes
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,9 @@ class NativeExecutor:
         # Parameters stay alive (and at fixed addresses) for the life of the executor.
         self._consts = [graph.constants[name].contiguous() for name in native.source.constants]
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[t.data_ptr() for t in self._consts])
+        if self._consts:  # the RAL's packed copies of them (conv weights) go when the last program does
+            self.ral.hold_constants(self._const_ptrs, len(self._consts), True)
+            weakref.finalize(self, self.ral.hold_constants, self._const_ptrs, len(self._consts), False)
         self._ranks = [len(n.shape) for n in graph.inputs]
         self._out_meta = [(len(o.shape), DTYPES[o.dtype]) for o in lp.output_buffers]
         # The ctypes array types of a call's arguments, made once (a call only fills them).

@@ -10,6 +10,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from disc.codegen.cpu import toolchain
 from disc.errors import CompileError, RuntimeFailure
@@ -382,3 +383,42 @@ def test_gemm_forced_through_the_matmul_primitive():
     worst, plans = out.split()
     assert float(worst) <= 1e-4
     assert int(plans) > 10
+
+
+class _TwoConvs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(16, 32, 3, padding=1)
+        self.c2 = nn.Conv2d(32, 32, 3, padding=1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+
+@needs_dnnl
+def test_packed_weights_go_with_the_last_program_that_reads_them():
+    import gc
+
+    import disc
+
+    ral = load_ral()
+    model, x = _TwoConvs().eval(), torch.randn(1, 16, 20, 20)
+    start = ral.cache_entries()["packed_weights"]
+    with torch.no_grad():
+        first = disc.compile(model, (x,), dynamic={"x": {2: "h", 3: "w"}})
+        second = disc.compile(model, (x,), dynamic={"x": {2: "h", 3: "w"}})  # the same weights
+        want = model(x)
+        torch.testing.assert_close(first(x), want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(second(x), want, rtol=1e-4, atol=1e-4)
+    packed = ral.cache_entries()["packed_weights"] - start
+    if packed == 0:
+        pytest.skip("oneDNN takes these weights as they are on this CPU: nothing is packed")
+    assert packed == 2  # one packed copy per conv weight, shared by both programs
+    del first
+    gc.collect()
+    assert ral.cache_entries()["packed_weights"] - start == packed  # the second still reads them
+    with torch.no_grad():
+        torch.testing.assert_close(second(x), want, rtol=1e-4, atol=1e-4)
+    del second
+    gc.collect()
+    assert ral.cache_entries()["packed_weights"] == start

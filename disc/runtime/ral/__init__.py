@@ -265,6 +265,15 @@ class Ral:
             _raise_if_failed(getattr(self.functions, name)(ctypes.byref(ctx), ctypes.byref(args)), ctx, name)
         return gx, gw
 
+    def hold_constants(self, pointers: ctypes.Array, n: int, held: bool) -> None:
+        """A program holds (or lets go of) its ``n`` constant buffers: the RAL frees its packed
+        copies of a buffer when no program holds it any more."""
+        fn = getattr(self.lib, "disc_ral_cpu_hold_constants", None)
+        if fn is None:  # a RAL saved before programs said so: its copies live as long as the process
+            return
+        fn.restype, fn.argtypes = None, [ctypes.c_void_p, _i64, _i32]
+        fn(pointers, n, int(held))
+
     def cache_entries(self) -> dict[str, int]:
         """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans)
         and how many matmul plans were built so far (each miss builds one)."""

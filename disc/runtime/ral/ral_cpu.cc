@@ -814,10 +814,25 @@ class WeightCache {
     for (const auto& kv : map_) n += static_cast<int64_t>(kv.second.size());
     return n;
   }
+  // Programs say which weight addresses they hold (two programs may share a model's weights):
+  // when the last holder of an address lets go, its packed copies are freed with it, instead
+  // of outliving the program (ResNet-18: 45 MB per compiled program).
+  void hold(int64_t address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++holders_[address];
+  }
+  void let_go(int64_t address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto h = holders_.find(address);
+    if (h == holders_.end() || --h->second > 0) return;
+    holders_.erase(h);
+    for (auto it = map_.begin(); it != map_.end();) it = it->first[0] == address ? map_.erase(it) : std::next(it);
+  }
 
  private:
   std::mutex mu_;
   std::unordered_map<WeightKey, std::vector<std::shared_ptr<const PackedWeights>>, ArrayHash<6>> map_;
+  std::unordered_map<int64_t, int64_t> holders_;  // weight address -> programs holding it
 };
 
 WeightCache& weight_cache() {
@@ -1141,6 +1156,22 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
 #else
   (void)which;
   return 0;
+#endif
+}
+
+// Not part of the ABI: a program holds (`held` 1) or lets go of (0) its `n` constant buffers, so
+// that packed copies of them live as long as some program that reads them.
+extern "C" __attribute__((visibility("default"))) void disc_ral_cpu_hold_constants(const void* const* constants, int64_t n, int32_t held) {
+#ifdef DISC_HAVE_DNNL
+  for (int64_t i = 0; i < n; ++i) {
+    const auto address = static_cast<int64_t>(reinterpret_cast<uintptr_t>(constants[i]));
+    if (held)
+      weight_cache().hold(address);
+    else
+      weight_cache().let_go(address);
+  }
+#else
+  (void)constants, (void)n, (void)held;
 #endif
 }
 
