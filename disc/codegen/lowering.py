@@ -154,6 +154,14 @@ def resolve_outputs(specs: list[tuple[str, object]], buffers: Sequence[Any], inp
     return out
 
 
+def workspace_bytes(kept: Any, needed: int) -> int:
+    """The size of a kept workspace (a uint8 tensor, or None) that must now hold ``needed`` bytes:
+    at least half again the old one, so a length growing by one per step (a decoder) reallocates
+    rarely instead of leaving a slightly smaller hole in the heap at every step. Both executors
+    free the old buffer before taking the new one."""
+    return max(needed, 0 if kept is None else kept.numel() + kept.numel() // 2)
+
+
 def distinct_kernels(calls: Sequence[Any]) -> list[tuple[Any, int]]:
     """Each distinct generated kernel among a program's calls (those with a ``kernel``), in first-use
     order, with how many calls launch it: what both explain pages list."""

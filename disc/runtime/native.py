@@ -24,7 +24,7 @@ import torch
 from disc.codegen.cpu.kernel import MAX_VERSIONS
 from disc.codegen.cpu.program import NativeSource, emit_program
 from disc.codegen.cpu.toolchain import BuildResult, build
-from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs
+from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs, workspace_bytes
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
@@ -134,16 +134,14 @@ class NativeExecutor:
         4x384: 3.5 ms of a 6 ms kernel). The program itself stays stateless; the host keeps
         one buffer per thread, so concurrent calls never share it, and every program of the
         thread uses it (a call returns before the next starts): a training step's forward and
-        backward keep the larger of their workspaces, not both. It grows by at least half
-        its size, and the old buffer is freed before the new one is taken: a decoder whose
-        length grows every step would otherwise leave a slightly smaller hole in the heap at
-        every step.
+        backward keep the larger of their workspaces, not both. It grows geometrically
+        (``workspace_bytes``), the old buffer freed before the new one is taken.
         """
         ws = getattr(self._local, "workspace", None)
         if ws is None or ws.numel() < nbytes + 64:
-            grown = 0 if ws is None else ws.numel() + ws.numel() // 2
+            size = workspace_bytes(ws, nbytes + 64)
             self._local.workspace = ws = None
-            ws = self._local.workspace = torch.empty(max(nbytes + 64, grown), dtype=torch.uint8)
+            ws = self._local.workspace = torch.empty(size, dtype=torch.uint8)
         return ws
 
     def release_workspace(self) -> None:

@@ -27,7 +27,7 @@ from types import ModuleType
 
 import torch
 
-from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs
+from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs, workspace_bytes
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.runtime.reference import ExecutionProfile
@@ -129,8 +129,7 @@ class TritonRuntime:
     def workspace(self, sizes: list[int], clash: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
         """This thread's workspace (kept between calls and programs) and the slot offsets.
 
-        Grown by at least half its size, the old buffer released first, as the CPU program's
-        (``NativeExecutor._workspace``): a length growing by one per step reallocates rarely."""
+        Grown geometrically (``workspace_bytes``), the old buffer released first."""
         offsets, total = place_slots(sizes, clash)
         key = str(self.device)
         kept = getattr(_THREAD_WORKSPACE, "buffers", None)
@@ -138,9 +137,9 @@ class TritonRuntime:
             kept = _THREAD_WORKSPACE.buffers = {}
         ws = kept.get(key)
         if ws is None or ws.numel() < total:
-            grown = 0 if ws is None else ws.numel() + ws.numel() // 2
+            size = workspace_bytes(ws, max(total, ALIGN))
             kept[key] = ws = None
-            ws = kept[key] = torch.empty(max(total, ALIGN, grown), dtype=torch.uint8, device=self.device)
+            ws = kept[key] = torch.empty(size, dtype=torch.uint8, device=self.device)
         return ws, offsets
 
     def launch(self, step: int, version: int, kernel, grid: int, args: tuple, meta: dict) -> None:

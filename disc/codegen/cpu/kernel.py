@@ -488,7 +488,7 @@ def _atomic(expr: str) -> str:
     return f"({expr})"
 
 
-# pow(x, c) for the exponents PyTorch's CPU pow kernel special-cases, written as it computes them.
+# -- kernel functions -----------------------------------------------------------------
 def _signature(name: str, step: KernelStep) -> str:
     params = ["const Shapes& s"]
     params += [f"{C_TYPES[n.dtype]}* __restrict__ out{i}" for i, n in enumerate(step.outputs)]
