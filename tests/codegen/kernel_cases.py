@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from disc.ir.graph import Graph
+from disc.ir.types import TensorType
+
 
 def check_against_eager(cm, model: nn.Module, args: tuple, tol: float = 1e-5) -> None:
     """``cm(*args)`` equals eager ``model(*args)``: relative to the largest value for floats, exactly otherwise."""
@@ -212,3 +215,33 @@ class Powers(nn.Module):
     def forward(self, x):
         y = x.abs() + 0.5
         return torch.pow(x, 2.0) + torch.pow(x, 3.0) - x**2, torch.pow(y, 0.5) + y**-1 + y**-2.0, y**2.5
+
+
+# -- every elementwise op, one at a time, against the reference executor ------------------------
+UNARY_F32 = ["neg", "abs", "sign", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "sin", "cos", "erf",
+             "floor", "ceil", "round", "relu", "isnan", "logical_not", "gelu", "gelu_tanh", "silu"]
+BINARY_F32 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+              "logical_and", "logical_or", "logical_xor"]
+BINARY_I64 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "lt"]
+
+
+def op_graph(op: str, dtype: str, arity: int) -> Graph:
+    g = Graph(name=f"op_{op}")
+    n = g.constraints.declare("n", lo=0, source="test")
+    xs = [g.add_input(f"x{i}", TensorType(dtype, (n,))) for i in range(arity)]
+    g.outputs = [g.add(op, xs)]
+    return g
+
+
+def special_f32(n: int, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(n, generator=gen) * 3
+    x[:8] = torch.tensor([0.0, -0.0, 1e-7, -1e-7, 0.5, -2.5, float("inf"), float("nan")])[: min(8, n)]
+    return x
+
+
+def floor_div_edge_cases() -> tuple[torch.Tensor, torch.Tensor]:
+    """Quotients that round to an integer the exact one lies just below (floor(a / b) is off by one
+    there), signed zeros, zero divisors and non-finite values."""
+    a = torch.tensor([3.323848247528076, -3.323848247528076, 1.0, -1.0, 0.5, -0.0, 0.0, 7.0, 1.0, -1.0, 0.0, float("inf"), float("nan"), 5.0])
+    b = torch.tensor([-0.012220029719173908, 0.012220029719173908, 0.1, 0.1, -3.0, 2.0, -2.0, 0.0, float("inf"), float("inf"), 0.0, 2.0, 1.0, -1.25])
+    return a, b

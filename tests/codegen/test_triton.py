@@ -16,9 +16,12 @@ import threading
 import pytest
 import torch
 from kernel_cases import (
+    BINARY_F32,
+    BINARY_I64,
     CONV_GRADIENTS,
     MAYBE_BROADCAST,
     MIXED_KEEPDIM_SUMS,
+    UNARY_F32,
     Attention,
     AttentionSavingForBackward,
     BiasGelu,
@@ -32,6 +35,9 @@ from kernel_cases import (
     Powers,
     RowSum,
     check_against_eager,
+    floor_div_edge_cases,
+    op_graph,
+    special_f32,
     ties_and_nans,
 )
 from torch import nn
@@ -42,9 +48,7 @@ from disc.errors import ShapeError
 pytest.importorskip("triton")
 
 from disc.codegen.triton.program import KernelCall  # noqa: E402
-from disc.ir.graph import Graph  # noqa: E402
 from disc.ir.parser import parse_graph  # noqa: E402
-from disc.ir.types import TensorType  # noqa: E402
 from disc.passes.pipeline import run_pipeline  # noqa: E402
 from disc.runtime.reference import ReferenceExecutor  # noqa: E402
 from disc.runtime.triton_runtime import TritonExecutor, build_triton, place_slots, triton_device  # noqa: E402
@@ -230,35 +234,14 @@ def test_convolution_gradients_through_the_library(layout):
 
 
 # -- every elementwise op of the Triton table, against the reference executor ----------------------
-UNARY_F32 = ["neg", "abs", "sign", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "sin", "cos", "erf",
-             "floor", "ceil", "round", "relu", "isnan", "logical_not", "gelu", "gelu_tanh", "silu"]
-BINARY_F32 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-              "logical_and", "logical_or", "logical_xor"]
-BINARY_I64 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "lt"]
-
-
-def _op_graph(op: str, dtype: str, arity: int) -> Graph:
-    g = Graph(name=f"op_{op}")
-    n = g.constraints.declare("n", lo=0, source="test")
-    xs = [g.add_input(f"x{i}", TensorType(dtype, (n,))) for i in range(arity)]
-    g.outputs = [g.add(op, xs)]
-    return g
-
-
-def _special_f32(n: int, gen: torch.Generator) -> torch.Tensor:
-    x = torch.randn(n, generator=gen) * 3
-    x[:8] = torch.tensor([0.0, -0.0, 1e-7, -1e-7, 0.5, -2.5, float("inf"), float("nan")])[: min(8, n)]
-    return x
-
-
 @pytest.mark.parametrize("op", UNARY_F32 + BINARY_F32)
 def test_float_op_matches_the_reference(op):
     arity = 2 if op in BINARY_F32 else 1
-    g = _op_graph(op, "f32", arity)
+    g = op_graph(op, "f32", arity)
     ex = TritonExecutor(g, build_triton(g))
     gen = torch.Generator().manual_seed(1)
     for n in (1, 37, 300):
-        xs = [_special_f32(n, gen) for _ in range(arity)]
+        xs = [special_f32(n, gen) for _ in range(arity)]
         if op in ("gelu", "gelu_tanh"):  # torch's own gelu(inf) is inf or nan depending on the vector length
             xs = [torch.where(x.isinf(), 40.0, x) for x in xs]
         if op == "pow":
@@ -272,9 +255,19 @@ def test_float_op_matches_the_reference(op):
             assert torch.equal(got, want), (op, xs, got, want)
 
 
+def test_floor_div_takes_the_floor_of_the_exact_quotient():
+    a, b = floor_div_edge_cases()
+    g = op_graph("floor_div", "f32", 2)
+    got = TritonExecutor(g, build_triton(g)).run(list(_on(a, b)))[0].cpu()
+    want = torch.floor_divide(a, b)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~want.isnan()], want[~want.isnan()])
+    assert torch.equal(torch.signbit(got[~want.isnan()]), torch.signbit(want[~want.isnan()]))
+
+
 @pytest.mark.parametrize("op", BINARY_I64)
 def test_integer_op_matches_the_reference(op):
-    g = _op_graph(op, "i64", 2)
+    g = op_graph(op, "i64", 2)
     ex = TritonExecutor(g, build_triton(g))
     a = torch.tensor([7, -7, 7, -7, 5, 0, 3, -3, 9, -9, 1 << 40])
     b = torch.tensor([2, 2, -2, -2, 5, 3, 7, 7, -4, 4, 3])
@@ -284,7 +277,7 @@ def test_integer_op_matches_the_reference(op):
 
 @pytest.mark.parametrize("op, dtype", [("bitwise_not", "i1"), ("bitwise_not", "i64"), ("bitwise_not", "i32"), ("abs", "i64"), ("neg", "i32")])
 def test_integer_and_bool_unary_ops_match_the_reference(op, dtype):
-    g = _op_graph(op, dtype, 1)
+    g = op_graph(op, dtype, 1)
     ex = TritonExecutor(g, build_triton(g))
     x = torch.tensor([1, 0, 1, 1, 0]).bool() if dtype == "i1" else torch.tensor([0, 1, -1, 7, -(2**31) + 1, 2**31 - 1])
     x = x.to({"i1": torch.bool, "i32": torch.int32, "i64": torch.int64}[dtype])

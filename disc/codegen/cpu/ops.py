@@ -174,17 +174,78 @@ template <class T> static inline T disc_gelu(T x) { return T(0.5) * x * (T(1) + 
 template <class T> static inline T disc_gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
 }
+// e^x for x in [-87, 0], where the result is a normal float: one 2^n scale and no clamps, e^r by
+// its degree-6 Taylor polynomial (|r| <= ln2/2: < 1.3e-7 relative). For callers that bound x.
+static inline float disc_exp_nonpositive(float x) {
+  const float shifter = 12582912.0f;
+  const float t = x * 1.44269504088896341f + shifter;
+  int32_t tb;
+  std::memcpy(&tb, &t, 4);
+  const float n = t - shifter;
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (tb - 0x4B400000 + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+// float GELU as straight-line code the vectoriser inlines, 1.3x faster than with libmvec's erff
+// (the bias + GELU after an FFN GEMM is compute-bound). gelu(x) = x/2 (1 + erf(z)), z = x/sqrt2;
+// 1 + erf(z) is erfc(|z|) for z < 0 and 2 - erfc(|z|) otherwise, so the negative tail keeps its
+// relative accuracy (1 + erf(z) cancels there). erfc(a) = e^(-a^2) t P(t), t = 1/(1 + 0.4a), P of
+// degree 8 fitted by reweighted least squares against double erfc for a in [0, 10] (relative error
+// < 7e-8); a^2 = x^2/2 is taken as hi + lo (fma) so e^(-a^2) does not amplify its rounding. Max
+// relative error on [-13.5, 13.5]: 5.1e-7 (eager's float GELU: 0.27 at x = -5). Below x = -13 the
+// result is -0 (it is under 1e-37): capping |x| keeps every lane's arithmetic in normal floats,
+// since subnormal operands cost 8x. +inf gives inf; -inf gives NaN (-inf * 0), as erf's form does.
+static inline float disc_gelu(float x) {
+  const float ax = std::min(std::fabs(x), 13.0f);
+  const float t = 1.0f / (1.0f + 0.4f * 0.70710678118654752f * ax);
+  float p = 0.0412563942f;
+  p = p * t - 0.140335262f;
+  p = p * t + 0.0840196982f;
+  p = p * t + 0.0879281908f;
+  p = p * t + 0.0797807202f;
+  p = p * t + 0.193383247f;
+  p = p * t + 0.201890036f;
+  p = p * t + 0.226442784f;
+  p = p * t + 0.225634247f;
+  const float sq = ax * ax;
+  const float lo = std::fma(ax, ax, -sq);
+  float erfc = t * p * disc_exp_nonpositive(-0.5f * sq) * (1.0f - 0.5f * lo);
+  erfc = std::fabs(x) < 13.0f ? erfc : 0.0f;
+  return 0.5f * x * (x >= 0.0f ? 2.0f - erfc : erfc);
+}
 template <class T> static inline T disc_pow(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) return std::pow(a, b);
   T r = 1; for (T i = 0; i < b; ++i) r *= a; return r;
 }
+// Floor of the exact quotient (torch's and Python's //): floor(a / b) is wrong where a / b rounds
+// up to an integer the exact quotient lies just below (3.3238 / -0.01222 = -272.00001 -> -272.0).
+// a - fmod(a, b) is an exact multiple of b, so their quotient is the truncated quotient up to
+// rounding; step down where fmod's sign differs from b's, then round that near-integer.
 template <class T> static inline T disc_floor_div(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) return std::floor(a / b);
-  T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+  if constexpr (std::is_floating_point<T>::value) {
+    if (b == 0) return a / b;
+    const T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+    if (div == 0) return std::copysign(T(0), a / b);
+    const T down = std::floor(div);
+    return div - down > T(0.5) ? down + T(1) : down;
+  } else {
+    T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+  }
 }
 template <class T> static inline T disc_remainder(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) { T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-  T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  else { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 }
 template <class T> static inline T disc_fmod(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) return std::fmod(a, b); else return a % b;

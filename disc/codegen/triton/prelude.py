@@ -102,7 +102,15 @@ def disc_floor_div(a, b):
 
 @triton.jit
 def disc_floor_div_f(a, b):
-    return tl.floor(a / b)
+    # Floor of the exact quotient, as in the C++ prelude: tl.floor(a / b) is wrong where a / b rounds
+    # up to an integer the exact quotient lies just below. a - fmod(a, b) is an exact multiple of b.
+    q = a / b
+    mod = a % b  # C's fmod
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    down = tl.floor(div)
+    down = tl.where(div - down > 0.5, down + 1.0, down)
+    return tl.where(b == 0, q, tl.where(div == 0, q * 0.0, down))  # q * 0.0: a zero with the quotient's sign
 
 
 @triton.jit
