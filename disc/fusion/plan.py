@@ -331,12 +331,17 @@ class _Planner:
         # Cheap ops are recomputed by every group that uses them, so reaching one from outside
         # is no dependency on this group (a broadcast constant shared by every LayerNorm).
         computed = {m for m in merged if _fusible_kind(m) != "cheap"}
+        if not computed:
+            return False
         # Walk back from inputs outside the merged set; reaching a node it computes again is a cycle.
+        # Nodes are in topological order, so a node no later than the earliest computed one has no
+        # computed ancestor: the walk stops there instead of at the graph's inputs.
+        earliest = min(self.order[m] for m in computed)
         stack = [i for m in merged for i in m.inputs if i not in merged]
         seen: set[Node] = set()
         while stack:
             x = stack.pop()
-            if x in seen:
+            if x in seen or self.order[x] <= earliest:
                 continue
             seen.add(x)
             for i in x.inputs:

@@ -144,3 +144,25 @@ def test_groups_run_after_the_groups_they_read() -> None:
             for x in n.inputs:
                 if x in position and x not in g.nodes:
                     assert position[x] < k, f"group {k} reads %{x.name} computed by group {position[x]}"
+
+
+def test_a_producer_that_also_feeds_a_gemm_the_group_reads_is_not_pulled_in() -> None:
+    """The residual of a transformer layer: h feeds the GEMM and is added to its result. Pulling h
+    into the add's group would make that kernel depend on itself through the GEMM."""
+
+    class Residual(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.exp(x) * 2.0
+            return torch.tanh(h + self.linear(h))
+
+    plan = plan_of(Residual(), (torch.randn(5, 8),), {"x": {0: "rows"}})
+    group_of = {n: k for k, g in enumerate(plan.groups) for n in g.nodes}
+    exp = next(n for n in group_of if n.op == "exp")
+    tanh = next(n for n in group_of if n.op == "tanh")
+    assert group_of[exp] < group_of[tanh]  # two groups, the producer's scheduled first
+    cycle = [r for r in plan.refused if r.reason == "one kernel would depend on itself through another kernel"]
+    assert cycle and all(group_of[r.producer] == group_of[exp] and group_of[r.consumer] == group_of[tanh] for r in cycle)
