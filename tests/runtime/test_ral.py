@@ -422,3 +422,86 @@ def test_packed_weights_go_with_the_last_program_that_reads_them():
     del second
     gc.collect()
     assert ral.cache_entries()["packed_weights"] == start
+
+
+def _constant_gemm(ral, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """a @ w.T with w ([n, k], as torch's Linear stores it) passed as a constant weight."""
+    out = torch.empty(a.shape[0], w.shape[0])
+    args, _ = ral_mod.gemm_args(a, w.t(), out, b_is_constant=True)
+    ral.call_gemm(args)
+    return out
+
+
+@needs_dnnl
+def test_constant_weights_are_read_from_a_transposed_copy_for_few_rows():
+    ral = load_ral("dnnl")
+    k, n = 72, 40  # a shape no other test uses
+    w = torch.randn(n, k)
+    start = ral.cache_entries()["weight_copy_bytes"]
+    for m, copied in ((1, 0), (7, 0), (300, 0), (8, 1), (17, 1), (64, 1), (65, 1), (2, 1)):
+        a = torch.randn(m, k)
+        assert rel_err(_constant_gemm(ral, a, w), ref_mm(a, w.t())) <= 1e-5, m
+        assert ral.cache_entries()["weight_copy_bytes"] - start == copied * k * n * 4, m  # made once, for 8..64 rows
+    w.mul_(-2.0)  # new values at the same address: noticed by the sampled values, copied again
+    a = torch.randn(16, k)
+    assert rel_err(_constant_gemm(ral, a, w), ref_mm(a, w.t())) <= 1e-5
+    assert ral.cache_entries()["weight_copy_bytes"] - start == k * n * 4  # the stale copy was replaced
+
+
+_COPY_BUDGET = r"""
+import torch
+from disc.runtime.ral import load_ral, gemm_args
+ral = load_ral("dnnl")
+worst = 0.0
+for n in (300, 301, 302):  # 300 x 512 floats: 0.59 MB each
+    w, a = torch.randn(n, 512), torch.randn(16, 512)
+    out = torch.empty(16, n)
+    args, _ = gemm_args(a, w.t(), out, b_is_constant=True)
+    ral.call_gemm(args)
+    ref = a.double() @ w.t().double()
+    worst = max(worst, float((out.double() - ref).abs().max() / ref.abs().max()))
+print(worst, ral.cache_entries()["weight_copy_bytes"])
+"""
+
+
+@needs_dnnl
+@pytest.mark.parametrize("budget_mb, copies", [("0", []), ("1", [300]), ("2", [300, 301, 302])])
+def test_weight_copies_stay_within_their_budget(budget_mb, copies):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DISC_RAL_WEIGHT_COPY_MB": budget_mb}
+    worst, held = subprocess.run([sys.executable, "-c", _COPY_BUDGET], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert float(worst) <= 1e-5  # beyond the budget B is read as stored, and still right
+    assert int(held) == sum(n * 512 * 4 for n in copies)
+
+
+class _TwoLinears(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(48, 96)
+        self.down = nn.Linear(96, 48)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+@needs_dnnl
+def test_weight_copies_go_with_the_last_program_that_reads_them():
+    import gc
+
+    import disc
+
+    ral = load_ral()
+    model = _TwoLinears().eval()
+    start = ral.cache_entries()["weight_copy_bytes"]
+    with torch.no_grad():
+        program = disc.compile(model, (torch.randn(5, 48),), dynamic={"x": {0: "rows"}})
+        for rows in (3, 16, 64, 100):  # only 16 and 64 rows read the copies
+            x = torch.randn(rows, 48)
+            torch.testing.assert_close(program(x), model(x), rtol=1e-5, atol=1e-5)
+    assert ral.cache_entries()["weight_copy_bytes"] - start == (48 * 96 + 96 * 48) * 4
+    del program
+    gc.collect()
+    assert ral.cache_entries()["weight_copy_bytes"] == start
