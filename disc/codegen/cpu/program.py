@@ -263,8 +263,6 @@ class _ProgramEmitter:
         lines.append(f"    g.a = {self._ptr(lhs.base)}; g.a_rs = {a_rs}; g.a_cs = {a_cs};")
         lines.append(f"    g.b = {self._ptr(rhs.base)}; g.b_rs = {b_rs}; g.b_cs = {b_cs};")
         lines.append(f"    g.c = {self._ptr(out.base)}; g.c_rs = {c_rs}; g.alpha = 1.0f; g.beta = 0.0f;")
-        if self.lp.location[rhs.base][0] == "const":
-            lines.append("    g.b_is_constant = 1;  // a weight: the RAL may keep it in a faster layout")
         lines.append("    if (ral->gemm(ctx, &g)) return 1;")
         lines.append("  }")
         return lines

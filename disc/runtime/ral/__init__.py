@@ -21,7 +21,7 @@ import torch
 from disc.codegen.cpu import toolchain
 from disc.errors import CompileError, RuntimeFailure
 
-ABI_VERSION = 3
+ABI_VERSION = 2
 MAX_BATCH_DIMS = 6
 RAL_DIR = Path(__file__).resolve().parent
 
@@ -48,7 +48,6 @@ class GemmArgs(ctypes.Structure):
         ("b", _ptr), ("b_rs", _i64), ("b_cs", _i64), ("b_bs", _dims),
         ("c", _ptr), ("c_rs", _i64), ("c_bs", _dims),
         ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
-        ("b_is_constant", _i32),
     ]  # fmt: skip
 
 
@@ -117,20 +116,13 @@ def _pair_of(v: int | Sequence[int]) -> tuple[int, int]:
 
 
 def gemm_args(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    out: torch.Tensor | None = None,
-    *,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-    b_is_constant: bool = False,
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, alpha: float = 1.0, beta: float = 0.0
 ) -> tuple[GemmArgs, torch.Tensor]:
     """``disc_gemm_args`` for ``out = alpha * a @ b + beta * out``, and ``out``.
 
     ``a`` is ``[*batch, m, k]`` and ``b`` ``[*batch, k, n]`` with any strides (leading dims
     broadcast as in torch.matmul; broadcast dims pass stride 0). Without ``out`` a contiguous
     result is allocated (``beta`` must then be 0); ``out`` needs unit stride along its last dim.
-    ``b_is_constant`` promises ``b`` never changes (a model's weight): the RAL may keep a copy.
     The args hold raw pointers: keep the tensors alive while they are used.
     """
     _floats(a, "a")
@@ -155,7 +147,7 @@ def gemm_args(
         if n > 1 and out.stride(-1) != 1:
             raise ValueError("gemm: out must have unit stride along its last dim")
     nb = len(batch)
-    args = GemmArgs(m=m, n=n, k=k, batch_rank=nb, alpha=alpha, beta=beta, b_is_constant=int(b_is_constant))
+    args = GemmArgs(m=m, n=n, k=k, batch_rank=nb, alpha=alpha, beta=beta)
     args.batch_shape[:nb] = batch
     args.a, args.a_rs, args.a_cs = a.data_ptr() or None, a.stride(-2), a.stride(-1)
     args.b, args.b_rs, args.b_cs = b.data_ptr() or None, b.stride(-2), b.stride(-1)
@@ -283,18 +275,11 @@ class Ral:
         fn(pointers, n, int(held))
 
     def cache_entries(self) -> dict[str, int]:
-        """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans),
-        how many matmul plans were built so far (each miss builds one), and the bytes held in
-        transposed copies of constant GEMM weights."""
+        """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans)
+        and how many matmul plans were built so far (each miss builds one)."""
         fn = self.lib.disc_ral_cpu_cache_entries
         fn.restype, fn.argtypes = _i64, [_i32]
-        return {
-            "conv_plans": fn(0),
-            "packed_weights": fn(1),
-            "matmul_plans": fn(2),
-            "matmul_plans_built": fn(3),
-            "weight_copy_bytes": fn(4),
-        }
+        return {"conv_plans": fn(0), "packed_weights": fn(1), "matmul_plans": fn(2), "matmul_plans_built": fn(3)}
 
     def call_gemm(self, args: GemmArgs) -> None:
         """Call the table's ``gemm`` with a fresh ctx; raise RuntimeFailure on failure."""

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define DISC_RAL_ABI_VERSION 3
+#define DISC_RAL_ABI_VERSION 2
 #define DISC_MAX_BATCH_DIMS 6
 
 /* Per-call state. The host allocates it (ctypes) and reads `error` after a
@@ -44,7 +44,6 @@ typedef struct disc_gemm_args {
   float* c;
   int64_t c_rs, c_bs[DISC_MAX_BATCH_DIMS];
   float alpha, beta;
-  int32_t b_is_constant; /* B never changes between calls (a model's weight): the RAL may keep a copy in another layout */
 } disc_gemm_args;
 
 /* 2-D convolution, NCHW input/output (contiguous; NHWC when `channels_last`),

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -102,7 +101,6 @@ struct Gemm2D {
   int64_t brs, bcs;
   float* c;
   int64_t crs;
-  bool b_constant = false;  // B is a constant weight (disc_gemm_args.b_is_constant), one 2-D problem
 };
 
 // C = beta * C; beta == 0 overwrites (BLAS convention: NaNs already in C do not survive).
@@ -254,12 +252,6 @@ Layout choose_layout(int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
 }
 
 std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc);
-const float* transposed_weight(disc_ral_ctx* ctx, const Gemm2D& g, int64_t ld, std::shared_ptr<const void>* keep);
-// Rows for which a constant B is read from its transposed copy (see transposed_weight). Against
-// B as stored, over the six BERT projection shapes, interleaved: 1.1-2.2x at 8-32 rows, 0.85-1.26x
-// at 64, about even from 128 up, and 0.7-1.6x at 4 and 0.65-1.0x at 1-2 (a GEMV reads B's [n, k]
-// rows better than its [k, n] columns).
-constexpr int64_t kWeightCopyMinRows = 8, kWeightCopyMaxRows = 64;
 
 // Which oneDNN routine runs a GEMM, from its shape at run time. dnnl_sgemm with B passed 'T'
 // (a weight stored [n, k], as torch's Linear keeps it) is slow when k is large next to n: the
@@ -300,16 +292,13 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   Layout la = choose_layout(g.ars, g.acs, g.m, g.k);
   Layout lb = choose_layout(g.brs, g.bcs, g.k, g.n);
   const int64_t ldc = g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs;
-  const float* b = g.b;
-  std::shared_ptr<const void> keep;  // the weight copy stays alive until this call is done
-  if (g.b_constant && lb.trans == 'T' && !lb.pack && g.k > 1 && g.n > 1 && g.m >= kWeightCopyMinRows && g.m <= kWeightCopyMaxRows)
-    if (const float* copy = transposed_weight(ctx, g, lb.ld, &keep)) b = copy, lb = {'N', g.n, false};
-  if (b == g.b && prefer_matmul(g, la, lb, parallel))
+  if (prefer_matmul(g, la, lb, parallel))
     if (std::optional<int32_t> rc = run_brgemm(ctx, g, la, lb, ldc)) return *rc;
   Scratch pa(ctx, la.pack ? g.m * g.k * int64_t(sizeof(float)) : 0);
   Scratch pb(ctx, lb.pack ? g.k * g.n * int64_t(sizeof(float)) : 0);
   if ((la.pack && pa.ptr == nullptr) || (lb.pack && pb.ptr == nullptr)) return 1;
   const float* a = g.a;
+  const float* b = g.b;
   if (la.pack) pack_dense(g.a, g.ars, g.acs, g.m, g.k, pa.f()), a = pa.f();
   if (lb.pack) pack_dense(g.b, g.brs, g.bcs, g.k, g.n, pb.f()), b = pb.f();
   dnnl_status_t st = dnnl_sgemm(la.trans, lb.trans, g.m, g.n, g.k, g.alpha, a, la.ld, b, lb.ld, g.beta, g.c, ldc);
@@ -379,10 +368,7 @@ int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
     if (bd.cs[d] == 0) return fail(ctx, "gemm: C has batch stride 0 along batch dim of extent %lld", (long long)bd.shape[d]);
   if (g.c == nullptr || (g.k > 0 && (g.a == nullptr || g.b == nullptr))) return fail(ctx, "gemm: null operand");
 
-  if (bd.count == 1) {
-    g.b_constant = x.b_is_constant != 0;  // a batch of slices of a constant is not held by address
-    return gemm_2d(ctx, g, true);
-  }
+  if (bd.count == 1) return gemm_2d(ctx, g, true);
   int nthr = omp_get_max_threads();
   double macs = double(g.m) * double(g.n) * double(g.k);
   // Many small GEMMs: one per thread at a time (a library barely threads a 128x64 GEMM). One
@@ -790,18 +776,10 @@ SharedCache<ConvKey, ConvPlan, ArrayHash<kConvKeyLen>>& plan_cache() {
 constexpr int kWeightSamples = 16;
 using WeightKey = std::array<int64_t, 6>;
 
-// Bytes held in transposed copies of GEMM weights, against the DISC_RAL_WEIGHT_COPY_MB budget.
-std::atomic<int64_t> g_weight_copy_bytes{0};
-
 struct PackedWeights {
   memory::desc md;
   std::unique_ptr<float, void (*)(void*)> data{nullptr, std::free};
   float sample[kWeightSamples];
-  int64_t copy_bytes = 0;  // nonzero for a GEMM weight's transposed copy (counted in the budget)
-  PackedWeights() = default;
-  PackedWeights(const PackedWeights&) = delete;
-  PackedWeights& operator=(const PackedWeights&) = delete;
-  ~PackedWeights() { g_weight_copy_bytes -= copy_bytes; }
 };
 
 void sample_weights(const disc_conv2d_args& x, float* out) {
@@ -860,65 +838,6 @@ class WeightCache {
 WeightCache& weight_cache() {
   static auto* cache = new WeightCache();  // never destroyed: no exit-order races
   return *cache;
-}
-
-// --- constant GEMM weights kept transposed. torch's Linear stores its weight [n, k], so B reaches
-// the GEMM with unit stride along k ('T'). dnnl_sgemm runs that layout at a fraction of its speed
-// on B stored [k, n] ('N') when m is small (86 vs 292 GFLOP/s at m=16, k=1024, n=256 in
-// `python -m benchmarks.gemm_library`). For kWeightCopyMinRows..kWeightCopyMaxRows rows a
-// constant B is copied once into [k, n] and read from there, as long as all copies together stay
-// within DISC_RAL_WEIGHT_COPY_MB (default 128; 0: never copy), so a big model keeps copies for
-// its first layers only and its peak memory grows by at most that much. The copies live in the
-// weight cache: sampled values guard a reused address, and they go with their program.
-constexpr int64_t kDefaultWeightCopyMB = 128;
-
-int64_t weight_copy_budget() {
-  static const int64_t bytes = [] {
-    const char* v = std::getenv("DISC_RAL_WEIGHT_COPY_MB");
-    const int64_t mb = (v && *v) ? std::max<int64_t>(0, std::atoll(v)) : kDefaultWeightCopyMB;
-    return mb << 20;
-  }();
-  return bytes;
-}
-
-// B is [n, k] with element (p, j) of the [k, n] operand at b[j * ld + p].
-void sample_gemm_weight(const Gemm2D& g, int64_t ld, float* out) {
-  const int64_t count = g.n * g.k;
-  for (int i = 0; i < kWeightSamples; ++i) {
-    const int64_t at = (count - 1) * i / (kWeightSamples - 1);
-    out[i] = g.b[(at / g.k) * ld + at % g.k];
-  }
-}
-
-const float* transposed_weight(disc_ral_ctx* ctx, const Gemm2D& g, int64_t ld, std::shared_ptr<const void>* keep) {
-  const WeightKey key{static_cast<int64_t>(reinterpret_cast<uintptr_t>(g.b)), -1, g.k, g.n, ld, 0};  // -1: not a convolution's
-  const memory::desc md({g.k, g.n}, memory::data_type::f32, memory::dims{g.n, 1});
-  float now[kWeightSamples];
-  sample_gemm_weight(g, ld, now);
-  std::shared_ptr<const PackedWeights> copy = weight_cache().find(key, md);
-  if (!copy || std::memcmp(copy->sample, now, sizeof now) != 0) {
-    const int64_t bytes = g.k * g.n * int64_t(sizeof(float));
-    if (g_weight_copy_bytes.load() + bytes > weight_copy_budget()) return nullptr;
-    auto fresh = std::make_shared<PackedWeights>();
-    fresh->md = md;
-    fresh->data.reset(static_cast<float*>(std::malloc(static_cast<size_t>(bytes))));
-    if (!fresh->data) return nullptr;  // no memory for a copy: the GEMM reads B as it is
-    std::memcpy(fresh->sample, now, sizeof now);
-    float* dst = fresh->data.get();
-    constexpr int64_t kTile = 32;  // transpose in tiles: both sides stay in cache
-#pragma omp parallel for schedule(static) if (bytes >= (int64_t{1} << 20))
-    for (int64_t j0 = 0; j0 < g.n; j0 += kTile)
-      for (int64_t p0 = 0; p0 < g.k; p0 += kTile)
-        for (int64_t j = j0; j < std::min(j0 + kTile, g.n); ++j)
-          for (int64_t p = p0; p < std::min(p0 + kTile, g.k); ++p) dst[p * g.n + j] = g.b[j * ld + p];
-    fresh->copy_bytes = bytes;
-    g_weight_copy_bytes += bytes;
-    weight_cache().insert(key, fresh);
-    copy = fresh;
-  }
-  (void)ctx;
-  *keep = copy;
-  return copy->data.get();
 }
 
 void run(const dnnl::primitive& p, dnnl::stream& s, std::unordered_map<int, memory> args, size_t scratch_bytes, void* scratch) {
@@ -1224,8 +1143,7 @@ const char* library_name() {
 }  // namespace
 
 // Not part of the ABI: cache sizes for tests and diagnostics (0: conv plans, 1: packed weights,
-// 2: matmul-primitive plans, 3: matmul-primitive plans built so far, 4: bytes of transposed
-// copies of constant GEMM weights).
+// 2: matmul-primitive plans, 3: matmul-primitive plans built so far).
 extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_entries(int32_t which) {
 #ifdef DISC_HAVE_DNNL
   switch (which) {
@@ -1233,7 +1151,6 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
     case 1: return weight_cache().size();
     case 2: return matmul_cache().size();
     case 3: return matmul_cache().built();
-    case 4: return g_weight_copy_bytes.load();
     default: return -1;
   }
 #else
