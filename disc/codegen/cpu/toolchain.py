@@ -35,7 +35,20 @@ from disc.errors import CompileError
 CACHE_FORMAT = "disc-cpu-cache-1"
 # 512-bit vectors where the CPU has them: GCC's default on AVX-512 hosts is 256-bit, and a row
 # reduction is bound by its one accumulator's add latency (LayerNorm 8192x768: 1.42 -> 1.16 ms).
-BASE_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fPIC", "-shared", "-fopenmp", "-std=c++17")
+# Unrolling with variable expansion gives a vectorised reduction several accumulators, so its
+# adds no longer wait on each other (LayerNorm 8192x768 kernel: 1.21-1.39 -> 0.98-1.02 ms,
+# softmax 8192x384: 1.08 -> 0.99 ms); the program's compile time did not change measurably.
+BASE_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-mprefer-vector-width=512",
+    "-funroll-loops",
+    "-fvariable-expansion-in-unroller",
+    "-fPIC",
+    "-shared",
+    "-fopenmp",
+    "-std=c++17",
+)
 RAL_INCLUDE_DIR = Path(__file__).resolve().parents[2] / "runtime" / "ral"
 DNNL_HEADER = Path("/usr/include/oneapi/dnnl/dnnl.h")
 # Compiles faster than this stay silent; slower ones announce themselves and their time.
