@@ -126,15 +126,19 @@ DISC_SIMD_MATH(cos) DISC_SIMD_MATH(expm1) DISC_SIMD_MATH(log1p)
 // n = round(x/ln2), |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (< 1 ulp measured over
 // [-110, 90] against double exp), 2^n applied in two halves so subnormal results round once and
 // 2^n stays representable after x is clamped; NaN passes through the arithmetic unchanged.
+// exp's range reduction: x = n ln2 + r, |r| <= ln2/2; returns r, with n + 0x4B400000 in *bits.
+static inline float disc_exp_reduce(float x, int32_t* bits) {
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  const float t = x * 1.44269504088896341f + shifter;
+  std::memcpy(bits, &t, 4);
+  const float n = t - shifter;
+  return (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;  // ln2 in two parts
+}
 static inline float disc_exp(float x) {
   x = x < -104.0f ? -104.0f : x;
   x = x > 89.0f ? 89.0f : x;
-  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
-  const float t = x * 1.44269504088896341f + shifter;
   int32_t tb;
-  std::memcpy(&tb, &t, 4);
-  const float n = t - shifter;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;  // ln2 in two parts
+  const float r = disc_exp_reduce(x, &tb);
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -177,12 +181,8 @@ template <class T> static inline T disc_gelu_tanh(T x) {
 // e^x for x in [-87, 0], where the result is a normal float: one 2^n scale and no clamps, e^r by
 // its degree-6 Taylor polynomial (|r| <= ln2/2: < 1.3e-7 relative). For callers that bound x.
 static inline float disc_exp_nonpositive(float x) {
-  const float shifter = 12582912.0f;
-  const float t = x * 1.44269504088896341f + shifter;
   int32_t tb;
-  std::memcpy(&tb, &t, 4);
-  const float n = t - shifter;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  const float r = disc_exp_reduce(x, &tb);
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
