@@ -120,12 +120,6 @@ DISC_SIMD_MATH(exp) DISC_SIMD_MATH(log) DISC_SIMD_MATH(tanh) DISC_SIMD_MATH(erf)
 DISC_SIMD_MATH(cos) DISC_SIMD_MATH(expm1) DISC_SIMD_MATH(log1p)
 #undef DISC_SIMD_MATH
 
-// float exp as straight-line code the vectoriser inlines. libmvec's expf is as fast on ordinary
-// inputs but drops to scalar code for a whole vector when one lane underflows, which is every
-// masked position of an attention softmax (x + finfo.min): 4x slower there. exp(x) = 2^n e^r with
-// n = round(x/ln2), |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (< 1 ulp measured over
-// [-110, 90] against double exp), 2^n applied in two halves so subnormal results round once and
-// 2^n stays representable after x is clamped; NaN passes through the arithmetic unchanged.
 // exp's range reduction: x = n ln2 + r, |r| <= ln2/2; returns r, with n + 0x4B400000 in *bits.
 static inline float disc_exp_reduce(float x, int32_t* bits) {
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
@@ -134,19 +128,29 @@ static inline float disc_exp_reduce(float x, int32_t* bits) {
   const float n = t - shifter;
   return (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;  // ln2 in two parts
 }
-static inline float disc_exp(float x) {
-  x = x < -104.0f ? -104.0f : x;
-  x = x > 89.0f ? 89.0f : x;
-  int32_t tb;
-  const float r = disc_exp_reduce(x, &tb);
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
+// e^r by its Taylor polynomial of degree 6 or 7, by Horner.
+template <int Degree> static inline float disc_exp_taylor(float r) {
+  static_assert(Degree == 6 || Degree == 7, "disc_exp_taylor: degree 6 or 7");
+  float p = 1.0f / 720.0f;
+  if constexpr (Degree == 7) p = (1.0f / 5040.0f) * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  return p * r + 1.0f;
+}
+// float exp as straight-line code the vectoriser inlines. libmvec's expf is as fast on ordinary
+// inputs but drops to scalar code for a whole vector when one lane underflows, which is every
+// masked position of an attention softmax (x + finfo.min): 4x slower there. exp(x) = 2^n e^r with
+// n = round(x/ln2), |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (< 1 ulp measured over
+// [-110, 90] against double exp), 2^n applied in two halves so subnormal results round once and
+// 2^n stays representable after x is clamped; NaN passes through the arithmetic unchanged.
+static inline float disc_exp(float x) {
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 89.0f ? 89.0f : x;
+  int32_t tb;
+  const float p = disc_exp_taylor<7>(disc_exp_reduce(x, &tb));
   const int32_t k = tb - 0x4B400000, k1 = k >> 1, k2 = k - k1;
   const int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
   float s1, s2;
@@ -182,14 +186,7 @@ template <class T> static inline T disc_gelu_tanh(T x) {
 // its degree-6 Taylor polynomial (|r| <= ln2/2: < 1.3e-7 relative). For callers that bound x.
 static inline float disc_exp_nonpositive(float x) {
   int32_t tb;
-  const float r = disc_exp_reduce(x, &tb);
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  const float p = disc_exp_taylor<6>(disc_exp_reduce(x, &tb));
   const int32_t bits = (tb - 0x4B400000 + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
@@ -219,7 +216,7 @@ static inline float disc_gelu(float x) {
   const float sq = ax * ax;
   const float lo = std::fma(ax, ax, -sq);
   float erfc = t * p * disc_exp_nonpositive(-0.5f * sq) * (1.0f - 0.5f * lo);
-  erfc = std::fabs(x) < 13.0f ? erfc : 0.0f;
+  erfc = ax < 13.0f ? erfc : 0.0f;  // ax is NaN for a NaN x: 0 here, NaN in the result
   return 0.5f * x * (x >= 0.0f ? 2.0f - erfc : erfc);
 }
 template <class T> static inline T disc_pow(T a, T b) {
