@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 

@@ -47,7 +47,7 @@ def load_probe() -> ctypes.CDLL:
     if not toolchain.have_dnnl():
         raise SystemExit("gemm_epilogue: oneDNN is not installed (apt install libdnnl-dev); nothing to compare")
     flags, libs = toolchain.dnnl_build_args()
-    source = PRELUDE + "\n#include <functional>\n" + (HERE / "gemm_epilogue.cc").read_text()
+    source = PRELUDE + "\n" + (HERE / "gemm_epilogue.cc").read_text()
     lib = ctypes.CDLL(str(toolchain.build(source, "gemm_epilogue_probe", flags=flags, libs=libs).path))
     lib.disc_epilogue_probe.restype = ctypes.c_int
     i64, i32 = ctypes.c_int64, ctypes.c_int32
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {
-        "machine": {"cpu_count": torch.get_num_threads(), "platform": platform.platform(), "processor": platform.processor()},
+        "machine": {"threads": torch.get_num_threads(), "platform": platform.platform(), "processor": platform.processor()},
         "rows": rows,
     }
     (out / "results.json").write_text(json.dumps(result, indent=2))
