@@ -245,3 +245,11 @@ def floor_div_edge_cases() -> tuple[torch.Tensor, torch.Tensor]:
     a = torch.tensor([3.323848247528076, -3.323848247528076, 1.0, -1.0, 0.5, -0.0, 0.0, 7.0, 1.0, -1.0, 0.0, float("inf"), float("nan"), 5.0])
     b = torch.tensor([-0.012220029719173908, 0.012220029719173908, 0.1, 0.1, -3.0, 2.0, -2.0, 0.0, float("inf"), float("inf"), 0.0, 2.0, 1.0, -1.25])
     return a, b
+
+
+def check_floor_div(got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``got`` is torch's floor division of a by b: the same NaNs, values and zero signs."""
+    want = torch.floor_divide(a, b)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~want.isnan()], want[~want.isnan()])
+    assert torch.equal(torch.signbit(got[~want.isnan()]), torch.signbit(want[~want.isnan()]))
