@@ -118,6 +118,8 @@ PRELUDE = r"""
   extern "C" double name(double) noexcept __attribute__((__simd__("notinbranch")));
 DISC_SIMD_MATH(exp) DISC_SIMD_MATH(log) DISC_SIMD_MATH(tanh) DISC_SIMD_MATH(erf) DISC_SIMD_MATH(sin)
 DISC_SIMD_MATH(cos) DISC_SIMD_MATH(expm1) DISC_SIMD_MATH(log1p)
+extern "C" float powf(float, float) noexcept __attribute__((__simd__("notinbranch")));
+extern "C" double pow(double, double) noexcept __attribute__((__simd__("notinbranch")));
 #undef DISC_SIMD_MATH
 
 // exp's range reduction: x = n ln2 + r, |r| <= ln2/2; returns r, with n + 0x4B400000 in *bits.

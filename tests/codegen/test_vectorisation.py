@@ -1,0 +1,81 @@
+"""The native backend's innermost loops are vectorised, as GCC itself reports (-fopt-info-vec) when
+it compiles them with the flags a program is built with, on whatever x86 level this host has.
+
+A loop left scalar runs 4-16x slower and no numerical test notices: on an AVX2 host GCC left the
+GELU and exp loops scalar until -fno-trapping-math (bias + GELU 10x slower, softmax 3x)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import torch
+from kernel_cases import BINARY_F32, UNARY_F32, BiasGelu, Elementwise, MaskedSoftmax, Norms, RowSum, op_graph
+
+import disc
+from disc.codegen.cpu import toolchain
+from disc.codegen.cpu.program import emit_program
+from disc.codegen.lowering import lower
+from disc.runtime.native import build_options
+
+# fmod has no vector version in glibc's libmvec: these three stay scalar (rare in models).
+SCALAR_OPS = {"floor_div", "remainder", "fmod"}
+
+
+def innermost_kernel_loops(source: str) -> list[range]:
+    """The lines (1-based) of each innermost ``for`` loop inside the kernels of ``source``."""
+    lines = source.splitlines()
+    loops, in_kernel = [], False
+    for n, line in enumerate(lines, 1):
+        if line.startswith("DISC_HIDDEN void") and line.endswith("{"):
+            in_kernel = True
+        elif line == "}":
+            in_kernel = False
+        elif in_kernel and line.lstrip().startswith("for ("):
+            indent = len(line) - len(line.lstrip())
+            body = []
+            for later in lines[n:]:
+                if later.strip() and len(later) - len(later.lstrip()) <= indent:
+                    break
+                body.append(later)
+            if not any(b.lstrip().startswith("for (") for b in body):
+                loops.append(range(n, n + len(body) + 1))
+    return loops
+
+
+def scalar_loops(source: str, tmp_path) -> list[str]:
+    """The innermost kernel loops of ``source`` that GCC did not vectorise, as their lines."""
+    cc = tmp_path / "program.cc"
+    cc.write_text(source)
+    flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + list(build_options()["flags"])
+    cmd = [toolchain.find_compiler(), *flags, f"-I{toolchain.RAL_INCLUDE_DIR}", "-fopt-info-vec-optimized"]
+    proc = subprocess.run([*cmd, "-c", str(cc), "-o", str(tmp_path / "program.o")], capture_output=True, text=True, check=True)
+    # GCC names a vectorised loop by its `for` line or a line of its body.
+    vectorised = {int(m.group(1)) for m in re.finditer(r"program\.cc:(\d+):\d+: optimized: loop vectorized", proc.stderr)}
+    loops = innermost_kernel_loops(source)
+    assert loops, "the program has no kernel loop to check"
+    lines = source.splitlines()
+    return [f"line {loop.start}: {lines[loop.start - 1].strip()}" for loop in loops if not vectorised.intersection(loop)]
+
+
+@pytest.mark.parametrize("op", [op for op in UNARY_F32 + BINARY_F32 if op not in SCALAR_OPS])
+def test_every_float_op_loop_is_vectorised(op, tmp_path):
+    source = emit_program(lower(op_graph(op, "f32", 2 if op in BINARY_F32 else 1))).text
+    assert scalar_loops(source, tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "module, args, dynamic",
+    [
+        (BiasGelu(), (torch.randn(6, 24),), {"x": {0: "n"}}),
+        (Elementwise(), (torch.randn(5, 7), torch.randn(5, 7)), {"x": {0: "a", 1: "b"}, "y": {0: "a", 1: "b"}}),
+        (Norms(), (torch.randn(2, 3, 40), torch.randn(2, 3, 40)), {"x": {0: "b", 1: "s"}, "r": {0: "b", 1: "s"}}),
+        (MaskedSoftmax(), (torch.randn(2, 4, 5, 9), torch.ones(2, 9)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}}),
+        (RowSum(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
+    ],
+    ids=["bias-gelu", "select-exp-tanh-sqrt", "layernorm-rmsnorm", "masked-softmax", "row-reductions"],
+)
+def test_fused_kernels_are_vectorised_in_every_loop(module, args, dynamic, tmp_path):
+    cm = disc.compile(module, args, dynamic=dynamic, backend="native")
+    assert scalar_loops(cm.executor.native.source.text, tmp_path) == []
