@@ -2,7 +2,8 @@
 
 Run as ``python -m benchmarks.gemm_library [--out PATH] [--repeats N] [--quick]``. Shapes:
 BERT projections (M = batch*seq in {16, 64, 512, 3072} by six (K, N), with B stored [K, N] and,
-"W^T", as torch's Linear stores its weight), attention batched GEMMs
+"W^T", as torch's Linear stores its weight), their weight gradients ("dW": dY^T @ X over
+R = 64, 512 or 3072 rows), attention batched GEMMs
 (8 x 12 heads, S in {128, 384}, D = 64, QK^T and PV on strided views of a fused QKV buffer,
 as a compiled program sees them) and a few ResNet-18 convolutions (batch 1, 224 px). Systems
 are timed interleaved (one call of each per round) and the median round is reported, so a
@@ -115,6 +116,12 @@ def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
             cases.append((f"bert M={m} K={k} N={n}", a, torch.randn(k, n), torch.empty(m, n), 2.0 * m * n * k))
             # B as torch's Linear stores its weight ([N, K], read transposed), as compiled models pass it
             cases.append((f"bert M={m} K={k} N={n} W^T", a, torch.randn(n, k).t(), torch.empty(m, n), 2.0 * m * n * k))
+    # Training's weight gradients dW[N, K] = dY^T @ X over R = batch*seq rows: k runs along both
+    # operands' rows.
+    for r in BERT_M[1:3] if quick else BERT_M[1:]:
+        for k, n in BERT_KN:
+            dy, x = torch.randn(r, n), torch.randn(r, k)
+            cases.append((f"dW R={r} K={k} N={n}", dy.t(), x, torch.empty(n, k), 2.0 * r * n * k))
     B, h, D = 8, 12, 64
     for S in (128,) if quick else (128, 384):
         qkv = torch.randn(B, S, 3 * h * D)

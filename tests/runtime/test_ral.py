@@ -145,6 +145,22 @@ def test_gemm_attention_views(ral, bsh):
     assert rel_err(ctx_buf, ref_mm(p, v).transpose(1, 2).reshape(B, S, h * D)) <= 1e-4
 
 
+@pytest.mark.parametrize("rows, width_x, width_dy", [(128, 256, 1024), (300, 1024, 256), (64, 512, 512), (97, 256, 768)])
+def test_gemm_weight_gradient_layouts(ral, rows, width_x, width_dy):
+    """dW = dY^T @ X: both operands hold k along their rows; with row strides that are multiples
+    of 256 floats the oneDNN build copies them into padded rows first (slow in dnnl_sgemm)."""
+    x, dy = torch.randn(rows, width_x), torch.randn(rows, width_dy)
+    assert rel_err(ral.gemm(dy.t(), x), ref_mm(dy.t(), x)) <= 1e-4
+    # narrower views of the same buffers (row strides stay 256-multiples), accumulated into a
+    # strided output: the copy takes only the viewed columns, beta and alpha still apply
+    a, b = dy[:, 3 : width_dy - 5].t(), x[:, : width_x - 7]
+    c0 = torch.randn(a.shape[0], b.shape[1] + 9)
+    out = c0.clone()
+    ral.gemm(a, b, out[:, : b.shape[1]], alpha=0.5, beta=1.0)
+    assert rel_err(out[:, : b.shape[1]], 0.5 * ref_mm(a, b) + c0[:, : b.shape[1]].double()) <= 1e-4
+    assert torch.equal(out[:, b.shape[1] :], c0[:, b.shape[1] :])
+
+
 def test_gemm_batch_broadcast(ral):
     a, b = torch.randn(4, 7, 10, 6), torch.randn(6, 5)  # shared B: folded into one taller GEMM
     assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-4

@@ -283,6 +283,26 @@ bool prefer_matmul(const Gemm2D& g, const Layout& la, const Layout& lb, bool par
   return parallel && lb.trans == 'T' && g.k >= 2 * g.n && g.m >= 16 && g.m * g.n <= (int64_t{1} << 20);
 }
 
+// A GEMM whose two operands both keep k along their rows (A passed 'T', B 'N'), as a weight
+// gradient dW = dY^T @ X does, ran at 50-90 GFLOP/s in dnnl_sgemm on a 2-core AVX2 EPYC when both
+// row strides were multiples of 256 floats and one of them 256 or 512 (BERT-small's 256- and
+// 1024-wide activations), against 130-165 once both were copied into rows 16 floats longer, the
+// copy included; 768/768, 768/3072 and 1024/1024 were fast as they were (`python -m
+// benchmarks.gemm_library`, "dW" rows). The copy is k * (m + n) floats, so tiny GEMMs skip it.
+constexpr int64_t kRowPad = 16;
+
+bool pad_k_outer_rows(const Gemm2D& g, const Layout& la, const Layout& lb, bool parallel) {
+  if (!parallel || la.pack || lb.pack || la.trans != 'T' || lb.trans != 'N') return false;
+  if (g.k < 64 || double(g.m) * double(g.n) * double(g.k) < double(1 << 22)) return false;
+  return la.ld % 256 == 0 && lb.ld % 256 == 0 && std::min(la.ld, lb.ld) <= 512;
+}
+
+// rows x cols floats at `src` (row stride ld) into `dst` with row stride cols + kRowPad.
+void copy_rows_padded(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * (cols + kRowPad), src + r * ld, cols * sizeof(float));
+}
+
 int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   if (g.m == 0 || g.n == 0) return 0;
   if (g.k == 0) {
@@ -294,13 +314,18 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   const int64_t ldc = g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs;
   if (prefer_matmul(g, la, lb, parallel))
     if (std::optional<int32_t> rc = run_brgemm(ctx, g, la, lb, ldc)) return *rc;
-  Scratch pa(ctx, la.pack ? g.m * g.k * int64_t(sizeof(float)) : 0);
-  Scratch pb(ctx, lb.pack ? g.k * g.n * int64_t(sizeof(float)) : 0);
-  if ((la.pack && pa.ptr == nullptr) || (lb.pack && pb.ptr == nullptr)) return 1;
+  const bool pad = pad_k_outer_rows(g, la, lb, parallel);
+  Scratch pa(ctx, la.pack ? g.m * g.k * int64_t(sizeof(float)) : pad ? (g.m + kRowPad) * g.k * int64_t(sizeof(float)) : 0);
+  Scratch pb(ctx, lb.pack ? g.k * g.n * int64_t(sizeof(float)) : pad ? (g.n + kRowPad) * g.k * int64_t(sizeof(float)) : 0);
+  if (((la.pack || pad) && pa.ptr == nullptr) || ((lb.pack || pad) && pb.ptr == nullptr)) return 1;
   const float* a = g.a;
   const float* b = g.b;
   if (la.pack) pack_dense(g.a, g.ars, g.acs, g.m, g.k, pa.f()), a = pa.f();
   if (lb.pack) pack_dense(g.b, g.brs, g.bcs, g.k, g.n, pb.f()), b = pb.f();
+  if (pad) {
+    copy_rows_padded(g.a, la.ld, g.k, g.m, pa.f()), a = pa.f(), la.ld = g.m + kRowPad;
+    copy_rows_padded(g.b, lb.ld, g.k, g.n, pb.f()), b = pb.f(), lb.ld = g.n + kRowPad;
+  }
   dnnl_status_t st = dnnl_sgemm(la.trans, lb.trans, g.m, g.n, g.k, g.alpha, a, la.ld, b, lb.ld, g.beta, g.c, ldc);
   if (st != dnnl_success)
     return fail(ctx, "gemm: dnnl_sgemm failed with status %d (m=%lld n=%lld k=%lld)", static_cast<int>(st),
