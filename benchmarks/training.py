@@ -182,7 +182,9 @@ def _profile(name: str, size: int, steps: int = 5, top: int = 8) -> None:
             continue
         library = sum(ms for ms, _, ran in rows if "library" in ran)
         total = sum(r[0] for r in rows)
-        print(f"  {graph}: {total:.1f} ms a step in {len(rows)} steps (library calls {library:.1f} ms, generated kernels {total - library:.1f} ms)")
+        print(
+            f"  {graph}: {total:.1f} ms a step in {len(rows)} steps (library calls {library:.1f} ms, generated kernels {total - library:.1f} ms)"
+        )
         print("  the costliest steps, then the costliest generated kernels:")
         rows.sort(key=lambda r: -r[0])
         kernels = [r for r in rows if "library" not in r[2]]
