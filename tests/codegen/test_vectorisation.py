@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 import torch
-from kernel_cases import BINARY_F32, UNARY_F32, BiasGelu, Elementwise, MaskedSoftmax, Norms, RowSum, op_graph
+from kernel_cases import BINARY_F32, UNARY_F32, BiasGelu, ConvPool, Elementwise, MaskedSoftmax, Norms, RowSum, op_graph
 
 import disc
 from disc.codegen.cpu import toolchain
@@ -44,8 +44,8 @@ def innermost_kernel_loops(source: str) -> list[range]:
     return loops
 
 
-def scalar_loops(source: str, tmp_path) -> list[str]:
-    """The innermost kernel loops of ``source`` that GCC did not vectorise, as their lines."""
+def scalar_loops(source: str, tmp_path) -> list[tuple[int, str]]:
+    """The innermost kernel loops of ``source`` that GCC did not vectorise: (line, the line before)."""
     cc = tmp_path / "program.cc"
     cc.write_text(source)
     flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + list(build_options()["flags"])
@@ -56,7 +56,8 @@ def scalar_loops(source: str, tmp_path) -> list[str]:
     loops = innermost_kernel_loops(source)
     assert loops, "the program has no kernel loop to check"
     lines = source.splitlines()
-    return [f"line {loop.start}: {lines[loop.start - 1].strip()}" for loop in loops if not vectorised.intersection(loop)]
+    # the line above the loop's pragma tells its version apart (a branch such as `} else {`)
+    return [(loop.start, lines[loop.start - 3].strip()) for loop in loops if not vectorised.intersection(loop)]
 
 
 @pytest.mark.parametrize("op", [op for op in UNARY_F32 + BINARY_F32 if op not in SCALAR_OPS])
@@ -79,3 +80,13 @@ def test_every_float_op_loop_is_vectorised(op, tmp_path):
 def test_fused_kernels_are_vectorised_in_every_loop(module, args, dynamic, tmp_path):
     cm = disc.compile(module, args, dynamic=dynamic, backend="native")
     assert scalar_loops(cm.executor.native.source.text, tmp_path) == []
+
+
+def test_max_pool_interior_windows_are_vectorised(tmp_path):
+    """The windows inside the image read without masks and must vectorise (on AVX2 they did not
+    while disc_max was one select on `a != a || a > b`: 2.4 ms of ResNet-18's 26 ms at 224x224).
+    The border windows' masked loads may stay scalar: they are the edge rows only."""
+    cm = disc.compile(ConvPool(), (torch.randn(1, 3, 20, 24),), dynamic={"x": {0: "b", 2: "h", 3: "w"}}, backend="native")
+    source = cm.executor.native.source.text
+    assert "reduce_window" in source
+    assert [(line, before) for line, before in scalar_loops(source, tmp_path) if before != "} else {"] == []

@@ -172,8 +172,11 @@ static inline float disc_uniform(int64_t seed, uint64_t site_offset, int64_t i) 
   return float(int32_t(z >> 40)) * 5.9604644775390625e-08f;
 }
 
-template <class T> static inline T disc_max(T a, T b) { return (a != a || a > b) ? a : b; }
-template <class T> static inline T disc_min(T a, T b) { return (a != a || a < b) ? a : b; }
+// NaN-propagating max/min (a NaN in either operand wins, as in torch). Written as two selects:
+// as one select on `a != a || a > b`, GCC on AVX2 left a max-pool window loop scalar (it sank
+// the window's loads into branches), 2.4 ms of ResNet-18's 26 ms at 224x224.
+template <class T> static inline T disc_max(T a, T b) { const T m = a > b ? a : b; return a != a ? a : m; }
+template <class T> static inline T disc_min(T a, T b) { const T m = a < b ? a : b; return a != a ? a : m; }
 template <class T> static inline T disc_relu(T x) { return x < T(0) ? T(0) : x; }
 template <class T> static inline T disc_sign(T x) { return T((T(0) < x) - (x < T(0))); }
 static inline bool disc_bitnot(bool x) { return !x; }
