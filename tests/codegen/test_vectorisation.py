@@ -66,6 +66,14 @@ def test_every_float_op_loop_is_vectorised(op, tmp_path):
     assert scalar_loops(source, tmp_path) == []
 
 
+class MaskTimes(torch.nn.Module):
+    """A dropout-like mask: kept as bool and multiplied in as float (bool -> float casts stayed scalar on AVX2)."""
+
+    def forward(self, x):
+        keep = x > 0.5
+        return keep, x * keep.float() * 2.0
+
+
 @pytest.mark.parametrize(
     "module, args, dynamic",
     [
@@ -74,8 +82,9 @@ def test_every_float_op_loop_is_vectorised(op, tmp_path):
         (Norms(), (torch.randn(2, 3, 40), torch.randn(2, 3, 40)), {"x": {0: "b", 1: "s"}, "r": {0: "b", 1: "s"}}),
         (MaskedSoftmax(), (torch.randn(2, 4, 5, 9), torch.ones(2, 9)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}}),
         (RowSum(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
+        (MaskTimes(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
     ],
-    ids=["bias-gelu", "select-exp-tanh-sqrt", "layernorm-rmsnorm", "masked-softmax", "row-reductions"],
+    ids=["bias-gelu", "select-exp-tanh-sqrt", "layernorm-rmsnorm", "masked-softmax", "row-reductions", "bool-mask-to-float"],
 )
 def test_fused_kernels_are_vectorised_in_every_loop(module, args, dynamic, tmp_path):
     cm = disc.compile(module, args, dynamic=dynamic, backend="native")

@@ -222,7 +222,11 @@ class _Emitter:
             return f"({p} ? {a} : {b})"
         if op == "convert":
             x = self.value(n.inputs[0], idx)
-            return f"({x} != 0)" if n.dtype == "i1" else f"static_cast<{t}>({x})"
+            if n.dtype == "i1":
+                return f"({x} != 0)"
+            if n.inputs[0].type.dtype == "i1":  # a select: GCC does not vectorise bool -> float casts on AVX2
+                return f"({x} ? {t}(1) : {t}(0))"
+            return f"static_cast<{t}>({x})"
         if spec.category == ELEMENTWISE:
             raise Unsupported(f"no C++ for elementwise op {op}", [n])
         handler = getattr(self, f"_op_{op}", None)
