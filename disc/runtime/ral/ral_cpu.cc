@@ -315,9 +315,11 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   if (prefer_matmul(g, la, lb, parallel))
     if (std::optional<int32_t> rc = run_brgemm(ctx, g, la, lb, ldc)) return *rc;
   const bool pad = pad_k_outer_rows(g, la, lb, parallel);
-  Scratch pa(ctx, la.pack ? g.m * g.k * int64_t(sizeof(float)) : pad ? (g.m + kRowPad) * g.k * int64_t(sizeof(float)) : 0);
-  Scratch pb(ctx, lb.pack ? g.k * g.n * int64_t(sizeof(float)) : pad ? (g.n + kRowPad) * g.k * int64_t(sizeof(float)) : 0);
-  if (((la.pack || pad) && pa.ptr == nullptr) || ((lb.pack || pad) && pb.ptr == nullptr)) return 1;
+  const int64_t a_floats = la.pack ? g.m * g.k : pad ? (g.m + kRowPad) * g.k : 0;
+  const int64_t b_floats = lb.pack ? g.k * g.n : pad ? (g.n + kRowPad) * g.k : 0;
+  Scratch pa(ctx, a_floats * int64_t(sizeof(float)));
+  Scratch pb(ctx, b_floats * int64_t(sizeof(float)));
+  if ((a_floats > 0 && pa.ptr == nullptr) || (b_floats > 0 && pb.ptr == nullptr)) return 1;
   const float* a = g.a;
   const float* b = g.b;
   if (la.pack) pack_dense(g.a, g.ars, g.acs, g.m, g.k, pa.f()), a = pa.f();
