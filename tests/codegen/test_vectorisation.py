@@ -74,6 +74,14 @@ class MaskTimes(torch.nn.Module):
         return keep, x * keep.float() * 2.0
 
 
+class ReadMask(torch.nn.Module):
+    """A dropout backward: a saved bool mask read from memory, as a select and as a float (a loaded
+    bool in a select or a conversion stayed scalar on AVX2)."""
+
+    def forward(self, x, keep):
+        return torch.where(keep, x, 0.0) + keep.float() * 1.25, torch.where(keep, x * x, 0.0).sum(-1)
+
+
 @pytest.mark.parametrize(
     "module, args, dynamic",
     [
@@ -83,8 +91,9 @@ class MaskTimes(torch.nn.Module):
         (MaskedSoftmax(), (torch.randn(2, 4, 5, 9), torch.ones(2, 9)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}}),
         (RowSum(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
         (MaskTimes(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
+        (ReadMask(), (torch.randn(6, 33), torch.rand(6, 33) > 0.5), {"x": {0: "n", 1: "m"}, "keep": {0: "n", 1: "m"}}),
     ],
-    ids=["bias-gelu", "select-exp-tanh-sqrt", "layernorm-rmsnorm", "masked-softmax", "row-reductions", "bool-mask-to-float"],
+    ids=["bias-gelu", "select-exp-tanh-sqrt", "layernorm-rmsnorm", "masked-softmax", "row-reductions", "bool-mask-to-float", "bool-mask-read"],
 )
 def test_fused_kernels_are_vectorised_in_every_loop(module, args, dynamic, tmp_path):
     cm = disc.compile(module, args, dynamic=dynamic, backend="native")

@@ -203,6 +203,8 @@ class _Emitter:
             if n not in self.buffers:
                 raise Unsupported(f"%{n.name} is read by a kernel but has no buffer")
             expr = f"{self.buffers[n]}[{self.linear_of(idx)}]"
+            if n.dtype == "i1":
+                expr = f"disc_load_bool(&{expr})"
         else:
             expr = self._compute(n, idx)
         name = self.let(C_TYPES[n.dtype], expr)

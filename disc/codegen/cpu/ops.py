@@ -180,6 +180,10 @@ template <class T> static inline T disc_min(T a, T b) { const T m = a < b ? a : 
 template <class T> static inline T disc_relu(T x) { return x < T(0) ? T(0) : x; }
 template <class T> static inline T disc_sign(T x) { return T((T(0) < x) - (x < T(0))); }
 static inline bool disc_bitnot(bool x) { return !x; }
+// A bool read from memory, as a byte compared with 0: GCC (12) does not vectorise a select or a
+// float conversion on a loaded `bool` on AVX2 ("relevant stmt not supported"), and so left BERT
+// training's LayerNorm-backward and masked kernels scalar; on a loaded byte it does.
+static inline bool disc_load_bool(const bool* p) { return *reinterpret_cast<const uint8_t*>(p) != 0; }
 template <class T> static inline T disc_bitnot(T x) { return ~x; }
 template <class T> static inline T disc_sigmoid(T x) { return T(1) / (T(1) + disc_exp(-x)); }
 template <class T> static inline T disc_silu(T x) { return x / (T(1) + disc_exp(-x)); }
