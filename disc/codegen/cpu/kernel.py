@@ -257,25 +257,33 @@ class _Emitter:
                 dims.append(f"({self.dim(src)} == 1 ? 0 : {out[d]})")
         return self.value(x, self._operand_idx(x, dims))
 
+    def reshaped(self, idx: Idx, shape: tuple, new_shape: tuple) -> Idx:
+        """The position ``idx`` in a value of IR shape ``shape`` as a position in the same elements
+        viewed as ``new_shape`` (equal counts, row-major)."""
+        new_c = tuple(self.dim(d) for d in new_shape)
+        if idx.dims is None:
+            return Idx(new_c, None, self.linear_of(idx))
+        # Dims left alone at the end keep their index; only the rest is re-linearised, so that a
+        # row's index splits once per row rather than by divisions at every element.
+        k = 0
+        while k < min(len(shape), len(new_shape)) and self.c.prove_equal(shape[-1 - k], new_shape[-1 - k]):
+            k += 1
+        suffix = idx.dims[len(idx.dims) - k :] if k else ()
+        head = Idx(tuple(self.dim(d) for d in shape[: len(shape) - k]), idx.dims[: len(idx.dims) - k])
+        if not head.shape:  # the new shape's extra leading dims all have size 1
+            return Idx(new_c, ("0",) * (len(new_c) - k) + tuple(suffix), idx.linear)
+        lin = self.linear_of(head)
+        if not k:  # the same linear position: its dims are derived (divisions) only if a reader needs them
+            return Idx(new_c, None, lin if idx.linear is None else idx.linear)
+        prefix = self.dims_of(Idx(new_c[: len(new_c) - k], None, lin))
+        return Idx(new_c, tuple(prefix) + tuple(suffix), idx.linear)
+
     def _op_reshape(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
         if idx.dims is None or (idx.linear is not None and x not in self.members):
             # A buffer read at the same linear position needs no dims of its own.
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
-        # Dims the reshape leaves alone at the end keep their index; only the rest is re-linearised.
-        k = 0
-        while k < min(len(n.shape), len(x.shape)) and self.c.prove_equal(n.shape[-1 - k], x.shape[-1 - k]):
-            k += 1
-        out_shape, in_shape = self.shape(n), self.shape(x)
-        suffix = idx.dims[len(idx.dims) - k :] if k else ()
-        head = Idx(out_shape[: len(out_shape) - k], idx.dims[: len(idx.dims) - k])
-        if not head.shape:  # the operand's extra leading dims all have size 1
-            return self.value(x, Idx(in_shape, ("0",) * (len(in_shape) - k) + tuple(suffix)))
-        lin = self.linear_of(head)
-        if not k:  # the same linear position: its dims are derived (divisions) only if the operand needs them
-            return self.value(x, Idx(in_shape, None, lin))
-        prefix = self.dims_of(Idx(in_shape[: len(in_shape) - k], None, lin))
-        return self.value(x, Idx(in_shape, tuple(prefix) + tuple(suffix)))
+        return self.value(x, self.reshaped(idx, n.shape, x.shape))
 
     def _op_transpose(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
@@ -694,7 +702,8 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
             em.w(f"out{i}[{em.linear_of(idx)}] = {em.value(source, idx)};")
             continue
         elif em.c.prove_same_numel(out.shape, space.shape):
-            at = Idx(em.shape(out), None, em.linear_of(idx))
+            at = em.reshaped(idx, space.shape, out.shape)
+            em.linear_of(at)
         else:
             raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
         v = em.value(out, at)
