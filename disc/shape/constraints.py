@@ -433,6 +433,33 @@ class ShapeConstraints:
             pb = pb * self.normalize(d)
         return self.prove_equal(pa, pb)
 
+    def reshape_groups(self, a: Sequence[DimLike], b: Sequence[DimLike]) -> list[tuple[range, range]] | None:
+        """Split a reshape from shape ``a`` to shape ``b`` into consecutive groups of dims whose
+        products are proven equal, smallest groups first: ``(B*S, 256) -> (B, S, 4, 64)`` gives
+        ``[(0:1, 0:2), (1:2, 2:4)]``. An index then moves group by group, so a row's index never
+        mixes with the columns'. Dims proven to be 1 belong to no group; None when ``a`` and ``b``
+        cannot be matched (then only the whole linear position is shared)."""
+        ka = [i for i, d in enumerate(a) if not self.prove_is_one(d)]
+        kb = [i for i, d in enumerate(b) if not self.prove_is_one(d)]
+        groups: list[tuple[range, range]] = []
+        i = j = 0
+        while i < len(ka) and j < len(kb):
+            found = next(
+                (
+                    (i2, j2)
+                    for i2 in range(i + 1, len(ka) + 1)
+                    for j2 in range(j + 1, len(kb) + 1)
+                    if self.prove_same_numel([a[k] for k in ka[i:i2]], [b[k] for k in kb[j:j2]])
+                ),
+                None,
+            )
+            if found is None:
+                return None
+            i2, j2 = found
+            groups.append((range(ka[i], ka[i2 - 1] + 1), range(kb[j], kb[j2 - 1] + 1)))
+            i, j = i2, j2
+        return groups if i == len(ka) and j == len(kb) else None
+
     def prove_ge(self, a: DimLike, b: DimLike) -> bool:
         return self.bounds(self.normalize(a) - self.normalize(b))[0] >= 0
 

@@ -96,6 +96,32 @@ def test_an_output_of_another_shape_is_indexed_by_row_not_by_divisions():
     assert inner.count("disc_gelu") == 1 and len(re.findall(r"\(v\d+ \+ v\d+\)", inner)) == 1, inner  # one sum
 
 
+class MergeHeadsAndSum(nn.Module):
+    """An attention backward's head merge, (b, heads, s, d) -> (b*s, heads*d), with its bias gradient (a column sum)."""
+
+    def forward(self, x):
+        merged = x.transpose(1, 2).reshape(-1, x.shape[1] * x.shape[3])
+        return merged, merged.sum(0)
+
+
+def test_a_reshape_moves_rows_and_columns_apart():
+    """(b*s, 4*64) -> (b, s, 4, 64): the row splits by s once per row, the column by constants;
+    splitting the flat index by the symbolic s at every element kept the loop from running fast."""
+    m = MergeHeadsAndSum()
+    cm = _compile(m, (torch.randn(2, 4, 3, 64),), {"x": {0: "b", 2: "s"}})
+    for shape in [(1, 4, 1, 64), (2, 4, 9, 64), (3, 4, 17, 64)]:
+        _check(cm, m, (torch.randn(*shape),))
+    source = cm.executor.native.source.text
+    inner = [loop for loop in re.findall(r"for \(int64_t j = 0; j < cols; \+\+j\) \{\n(.*?)\n\s*\}", source, re.S) if "in0[" in loop]
+    assert inner, source
+    for loop in inner:
+        varying = {"j"}  # the loop's index and what is computed from it
+        for name, rhs in re.findall(r"const \w+ (\w+) = (.*);", loop):
+            if varying & set(re.findall(r"\w+", rhs)):
+                varying.add(name)
+                assert not re.search(r"[%/] s\.", rhs), loop  # a per-element division by a symbol
+
+
 def test_input_fusion_reductions_leading_and_trailing_axes():
     m = RowSum()
     cm = _compile(m, (torch.randn(2, 3, 6),), {"x": {0: "b", 1: "s", 2: "n"}})

@@ -218,6 +218,24 @@ def test_reshape_product_equality_with_cancellation():
     assert not c.prove_same_numel([a, b], [cc])
 
 
+def test_reshape_groups_split_at_every_proven_equal_prefix():
+    c, s = fresh(b=1, s=1, a=1, z=1)
+    b, sq, a, z = s["b"], s["s"], s["a"], s["z"]
+    # rows (b*s) and columns (256 = 4*64) move separately
+    assert c.reshape_groups([b * sq, 256], [b, sq, 4, 64]) == [(range(0, 1), range(0, 2)), (range(1, 2), range(2, 4))]
+    assert c.reshape_groups([b, sq, 4, 64], [b * sq, 256]) == [(range(0, 2), range(0, 1)), (range(2, 4), range(1, 2))]
+    # dims proven 1 belong to no group; a 1 between two dims joins their group
+    assert c.reshape_groups([1, b, 1, sq], [b, sq, 1]) == [(range(1, 2), range(0, 1)), (range(3, 4), range(1, 2))]
+    assert c.reshape_groups([b, 1, sq], [b * sq]) == [(range(0, 3), range(0, 1))]
+    # a swap of unrelated symbols is one group; unequal counts cannot be matched
+    assert c.reshape_groups([b, sq], [sq, b]) == [(range(0, 2), range(0, 2))]
+    assert c.reshape_groups([a], [z]) is None
+    assert c.reshape_groups([a, 2], [a]) is None
+    # a product equality from the program splits a reshape it did not come from
+    c.add_equal(a * z, b * sq)
+    assert c.reshape_groups([a * z, 8], [b, sq, 2, 4]) == [(range(0, 1), range(0, 2)), (range(1, 2), range(2, 4))]
+
+
 def test_product_equalities_chain():
     c, s = fresh(a=1, b=1, c=1, d=1, e=1, f=1)
     a, b, cc, d, e, f = (s[x] for x in "abcdef")

@@ -261,22 +261,20 @@ class _Emitter:
         """The position ``idx`` in a value of IR shape ``shape`` as a position in the same elements
         viewed as ``new_shape`` (equal counts, row-major)."""
         new_c = tuple(self.dim(d) for d in new_shape)
-        if idx.dims is None:
+        groups = self.c.reshape_groups(shape, new_shape) if idx.dims is not None else None
+        if groups is None:
             return Idx(new_c, None, self.linear_of(idx))
-        # Dims left alone at the end keep their index; only the rest is re-linearised, so that a
-        # row's index splits once per row rather than by divisions at every element.
-        k = 0
-        while k < min(len(shape), len(new_shape)) and self.c.prove_equal(shape[-1 - k], new_shape[-1 - k]):
-            k += 1
-        suffix = idx.dims[len(idx.dims) - k :] if k else ()
-        head = Idx(tuple(self.dim(d) for d in shape[: len(shape) - k]), idx.dims[: len(idx.dims) - k])
-        if not head.shape:  # the new shape's extra leading dims all have size 1
-            return Idx(new_c, ("0",) * (len(new_c) - k) + tuple(suffix), idx.linear)
-        lin = self.linear_of(head)
-        if not k:  # the same linear position: its dims are derived (divisions) only if a reader needs them
-            return Idx(new_c, None, lin if idx.linear is None else idx.linear)
-        prefix = self.dims_of(Idx(new_c[: len(new_c) - k], None, lin))
-        return Idx(new_c, tuple(prefix) + tuple(suffix), idx.linear)
+        # Group by group (dims whose products are equal), so that a row's index splits once per
+        # row and the columns' by constants, rather than the flat index by divisions per element.
+        dims = ["0"] * len(new_c)
+        for src, dst in groups:
+            if len(src) == 1 and len(dst) == 1:
+                dims[dst[0]] = idx.dims[src[0]]
+                continue
+            lin = self.linear_of(Idx(tuple(self.dim(shape[k]) for k in src), tuple(idx.dims[k] for k in src)))
+            for k, i in zip(dst, self.dims_of(Idx(new_c[dst.start : dst.stop], None, lin))):
+                dims[k] = i
+        return Idx(new_c, tuple(dims), idx.linear)
 
     def _op_reshape(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
