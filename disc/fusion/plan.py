@@ -89,6 +89,11 @@ def _is_kernel_op(n: Node) -> bool:
     return kernel_kind(n.op, n.type) is not None
 
 
+# Ops that fuse with nothing but compute their operands at indices of their own choosing, so a
+# cheap operand (broadcast, iota) can be recomputed inside their kernel like in any other.
+_RECOMPUTES_CHEAP_OPERANDS = {"scatter_add"}
+
+
 def _fusible_kind(n: Node) -> str | None:
     """How ``n`` takes part in fusion: 'elementwise', 'cheap', 'reduction', or None (stands alone)."""
     category = get_spec(n.op).category
@@ -135,6 +140,8 @@ class _Planner:
             self.spaces[gid] = self._spaces_of(n)
             if _fusible_kind(n) is not None:
                 self._pull(n, n, set())
+            elif n.op in _RECOMPUTES_CHEAP_OPERANDS:
+                self._absorb_cheap_operands(n)
         self._materialise_cheap()
         groups = []
         for nodes in self.members.values():
@@ -220,6 +227,16 @@ class _Planner:
                 self.refused.append(Refusal(p, via, "one kernel would depend on itself through another kernel"))
             else:
                 self._merge(gp, gn)
+
+    def _absorb_cheap_operands(self, n: Node) -> None:
+        """Recompute ``n``'s cheap operands in its own kernel (a scatter's index broadcast along its
+        rows, its zero base), so they are neither written out nor read back."""
+        gn = self.group_of[n]
+        for p in n.inputs:
+            if _is_kernel_op(p) and _fusible_kind(p) == "cheap":
+                if p not in self.members[gn]:
+                    self.members[gn].append(p)
+                self.absorbed.setdefault(p, set()).add(gn)
 
     def _materialise_cheap(self) -> None:
         """A cheap op used by a non-fusing op or returned by the program is also written out by its own kernel."""
@@ -316,6 +333,8 @@ class _Planner:
                 return "library"
             if _fusible_kind(n) is None:
                 return "kernel"
+        if _fusible_kind(nodes[-1]) is None:  # a scatter with the cheap operands it recomputes
+            return "kernel"
         reductions = [n for n in nodes if _fusible_kind(n) == "reduction"]
         if not reductions:
             return "loop"

@@ -166,3 +166,27 @@ def test_a_producer_that_also_feeds_a_gemm_the_group_reads_is_not_pulled_in() ->
     assert group_of[exp] < group_of[tanh]  # two groups, the producer's scheduled first
     cycle = [r for r in plan.refused if r.reason == "one kernel would depend on itself through another kernel"]
     assert cycle and all(group_of[r.producer] == group_of[exp] and group_of[r.consumer] == group_of[tanh] for r in cycle)
+
+
+def test_a_scatter_recomputes_its_broadcast_index_and_zero_base() -> None:
+    """An embedding's backward scatters rows of the gradient at the token ids: the ids broadcast
+    along the row and the zero base are computed inside the scatter kernel, not written out (an
+    int64 copy of the ids per gradient element, 2 MB at 8x128 tokens of width 256) and read back."""
+    emb = torch.nn.Embedding(10, 8)
+    eager = torch.nn.Embedding(10, 8)
+    eager.load_state_dict(emb.state_dict())
+    before = len(disc.reports())
+    compiled = torch.compile(emb, backend="disc", dynamic=True)
+    for shape in [(3, 5), (1, 1), (2, 7)]:
+        ids = torch.randint(0, 10, shape)
+        compiled(ids).pow(2).sum().backward()
+        eager(ids).pow(2).sum().backward()
+        torch.testing.assert_close(emb.weight.grad, eager.weight.grad)
+    (backward,) = [r for r in disc.reports()[before:] if "backward" in r.name]
+    plan = plan_fusion(backward.graph)
+    (scatter,) = [g for g in plan.groups if g.root.op == "scatter_add"]
+    assert scatter.kind == "kernel"
+    assert sorted(n.op for n in scatter.nodes) == ["broadcast_in_dim", "broadcast_in_dim", "scatter_add"]
+    base, index, _ = scatter.root.inputs
+    assert base in scatter.nodes and index in scatter.nodes
+    assert not [g for g in plan.groups if {n.op for n in g.nodes} == {"broadcast_in_dim"}]

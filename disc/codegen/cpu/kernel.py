@@ -995,7 +995,7 @@ def _scatter_body(step: KernelStep, names: SymbolNames) -> _Emitter:
     reports as an error) adds nothing rather than writing out of bounds.
     """
     em = _Emitter(step, names, False)
-    (n,) = step.group.nodes
+    n = step.group.root  # after the cheap operands it recomputes
     x, index, src = n.inputs
     rank = len(n.shape)
     axis = n.attrs["axis"] % rank
@@ -1042,7 +1042,7 @@ def _scatter_body(step: KernelStep, names: SymbolNames) -> _Emitter:
 
 def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emitter]]:
     """The speculation versions of a group: (label, C++ condition, body), the last always "true"."""
-    if [n.op for n in step.group.nodes] == ["scatter_add"]:
+    if step.group.root.op == "scatter_add":
         return [("general", "true", _scatter_body(step, names))]
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 

@@ -139,6 +139,7 @@ class _Emitter:
         self.assume_no_broadcast = assume_no_broadcast
         self.maybe_broadcast = False
         self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
+        self.uniform: set[str] = set()  # scalar loop variables: one value for every lane of the block
 
     # -- small helpers ----------------------------------------------------------------
     def dim(self, d: DimLike) -> str:
@@ -208,7 +209,7 @@ class _Emitter:
 
     def load(self, n: Node, idx: Idx) -> str:
         lin = self.linear_of(idx)
-        if _is_literal(lin):  # one element (a 0-d or 1-element tensor): a scalar load
+        if _is_literal(lin) or lin in self.uniform:  # one element for every lane: a scalar load
             return f"tl.load({self.buffers[n]} + {lin})"
         return f"tl.load({self.buffers[n]} + {lin}, mask={self.masks[-1]}, other=0)"
 
@@ -637,7 +638,7 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     index outside the output adds nothing.
     """
     em = _Emitter(step, dims, False)
-    (n,) = step.group.nodes
+    n = step.group.root  # after the cheap operands it recomputes
     x, index, src = n.inputs
     rank = len(n.shape)
     axis = n.attrs["axis"] % rank
@@ -666,6 +667,7 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     em.w(f"for k in range(0, {length}):")
     em.w.depth += 1
     em.push()
+    em.uniform.add("k")  # an index broadcast along the lanes (an embedding's token ids) is read once
     it = (*o_dims, "k", *j_dims)
     g = em.value(index, Idx(it_shape, it))
     v = em.value(src, em._operand_idx(src, list(it)))
@@ -738,7 +740,7 @@ def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: s
 def emit_kernel(step: KernelStep, c: ShapeConstraints, name: str) -> TritonKernel:
     """The Triton source of one fused group, with its speculation versions."""
     dims = DimArgs(c)
-    if [n.op for n in step.group.nodes] == ["scatter_add"]:
+    if step.group.root.op == "scatter_add":
         em, grid = _scatter_body(step, dims)
         body = _Body("general", "True", em, {"BLOCK": str(SCATTER_BLOCK)}, grid)
         text = "\n".join(["# scatter kernel: scatter_add", _signature(name, step, dims, ["BLOCK"]), body.text, ""])
