@@ -82,6 +82,13 @@ class ReadMask(torch.nn.Module):
         return torch.where(keep, x, 0.0) + keep.float() * 1.25, torch.where(keep, x * x, 0.0).sum(-1)
 
 
+class ColumnReductions(torch.nn.Module):
+    """Bias gradients: sums (and a max) over the rows, each thread's partial row combined at the end."""
+
+    def forward(self, x):
+        return (x * 2.0).sum(0), x.amax(0)
+
+
 @pytest.mark.parametrize(
     "module, args, dynamic",
     [
@@ -92,8 +99,18 @@ class ReadMask(torch.nn.Module):
         (RowSum(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
         (MaskTimes(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
         (ReadMask(), (torch.randn(6, 33), torch.rand(6, 33) > 0.5), {"x": {0: "n", 1: "m"}, "keep": {0: "n", 1: "m"}}),
+        (ColumnReductions(), (torch.randn(6, 33),), {"x": {0: "n", 1: "m"}}),
     ],
-    ids=["bias-gelu", "select-exp-tanh-sqrt", "layernorm-rmsnorm", "masked-softmax", "row-reductions", "bool-mask-to-float", "bool-mask-read"],
+    ids=[
+        "bias-gelu",
+        "select-exp-tanh-sqrt",
+        "layernorm-rmsnorm",
+        "masked-softmax",
+        "row-reductions",
+        "bool-mask-to-float",
+        "bool-mask-read",
+        "column-reductions",
+    ],
 )
 def test_fused_kernels_are_vectorised_in_every_loop(module, args, dynamic, tmp_path):
     cm = disc.compile(module, args, dynamic=dynamic, backend="native")

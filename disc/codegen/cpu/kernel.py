@@ -939,14 +939,22 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
                 _write_outputs(em, step, domain, idx, full_outputs)
 
         walk(accumulate)
-        # Combine the partial rows into the first one, which then holds the reduction.
-        em.w(_parallel("cols * nt"))
+        # Combine the partial rows into the first one, which then holds the reduction: partial
+        # by partial, so the loop over the row is innermost and vectorises (same order of sums).
+        em.w("for (int64_t t = 1; t < nt; ++t) {")
+        em.w.depth += 1
+        for r in batch:  # restrict pointers: through the unique_ptr GCC reloads the base every element
+            t = C_TYPES[r.dtype]
+            em.w(f"{t}* __restrict__ {parts[r]}_0 = {parts[r]}.get();")
+            em.w(f"const {t}* __restrict__ {parts[r]}_t = {parts[r]}.get() + t * cols;")
+        em.w(_parallel("cols * nt").replace("parallel for", "parallel for simd"))
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         for r in batch:
-            em.w("for (int64_t t = 1; t < nt; ++t) " + REDUCE_STEP[r.attrs["kind"]].format(acc=f"{parts[r]}[j]", x=f"{parts[r]}[t * cols + j]") + ";")
-        em.w.depth -= 1
-        em.w("}")
+            em.w(REDUCE_STEP[r.attrs["kind"]].format(acc=f"{parts[r]}_0[j]", x=f"{parts[r]}_t[j]") + ";")
+        for _ in range(2):
+            em.w.depth -= 1
+            em.w("}")
         for r in batch:
             em.columns[r] = f"{parts[r]}.get()"
 
