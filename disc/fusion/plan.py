@@ -208,9 +208,7 @@ class _Planner:
             gn = self.group_of[n]
             if kind == "cheap":
                 # Recomputed in this group rather than written out; its own producers may fuse too.
-                if p not in self.members[gn]:
-                    self.members[gn].append(p)
-                self.absorbed.setdefault(p, set()).add(gn)
+                self._recompute_in(p, gn)
                 self._pull(n, p, seen)
                 continue
             gp = self.group_of[p]
@@ -231,12 +229,15 @@ class _Planner:
     def _absorb_cheap_operands(self, n: Node) -> None:
         """Recompute ``n``'s cheap operands in its own kernel (a scatter's index broadcast along its
         rows, its zero base), so they are neither written out nor read back."""
-        gn = self.group_of[n]
         for p in n.inputs:
             if _is_kernel_op(p) and _fusible_kind(p) == "cheap":
-                if p not in self.members[gn]:
-                    self.members[gn].append(p)
-                self.absorbed.setdefault(p, set()).add(gn)
+                self._recompute_in(p, self.group_of[n])
+
+    def _recompute_in(self, p: Node, gn: int) -> None:
+        """Cheap op ``p`` is computed inside group ``gn`` (as well as in any other group reading it)."""
+        if p not in self.members[gn]:
+            self.members[gn].append(p)
+        self.absorbed.setdefault(p, set()).add(gn)
 
     def _materialise_cheap(self) -> None:
         """A cheap op used by a non-fusing op or returned by the program is also written out by its own kernel."""
@@ -331,9 +332,7 @@ class _Planner:
                 return "fallback"
             if get_spec(n.op).category == LIBRARY:
                 return "library"
-            if _fusible_kind(n) is None:
-                return "kernel"
-        if _fusible_kind(nodes[-1]) is None:  # a scatter with the cheap operands it recomputes
+        if _fusible_kind(nodes[-1]) is None:  # an op that fuses with nothing (a scatter: with the cheap operands it recomputes)
             return "kernel"
         reductions = [n for n in nodes if _fusible_kind(n) == "reduction"]
         if not reductions:

@@ -514,8 +514,8 @@ def _signature(name: str, step: KernelStep) -> str:
     return f"DISC_HIDDEN void {name}({', '.join(params)})"
 
 
-def _parallel(work: str) -> str:
-    return f"#pragma omp parallel for schedule(static) if({work} >= {PARALLEL_MIN_ELEMENTS})"
+def _parallel(work: str, simd: bool = False) -> str:
+    return f"#pragma omp parallel for{' simd' if simd else ''} schedule(static) if({work} >= {PARALLEL_MIN_ELEMENTS})"
 
 
 def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool, short: bool = False) -> _Emitter:
@@ -701,7 +701,6 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
             continue
         elif em.c.prove_same_numel(out.shape, space.shape):
             at = em.reshaped(idx, space.shape, out.shape)
-            em.linear_of(at)
         else:
             raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
         v = em.value(out, at)
@@ -944,10 +943,10 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
         em.w("for (int64_t t = 1; t < nt; ++t) {")
         em.w.depth += 1
         for r in batch:  # restrict pointers: through the unique_ptr GCC reloads the base every element
-            t = C_TYPES[r.dtype]
-            em.w(f"{t}* __restrict__ {parts[r]}_0 = {parts[r]}.get();")
-            em.w(f"const {t}* __restrict__ {parts[r]}_t = {parts[r]}.get() + t * cols;")
-        em.w(_parallel("cols * nt").replace("parallel for", "parallel for simd"))
+            ctype = C_TYPES[r.dtype]
+            em.w(f"{ctype}* __restrict__ {parts[r]}_0 = {parts[r]}.get();")
+            em.w(f"const {ctype}* __restrict__ {parts[r]}_t = {parts[r]}.get() + t * cols;")
+        em.w(_parallel("cols * nt", simd=True))
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         for r in batch:
