@@ -89,6 +89,33 @@ def test_convnet_lowers_without_decomposition():
     assert sum(n.op == "convolution" for n in cm.graph.nodes) == 3
 
 
+class PositionOps(nn.Module):
+    """The ops T5's position buckets, Llama's rotary table and ViT's attention use:
+    torch.min/max of two tensors, & | ^ on bool and int tensors, outer, unbind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(4, 12)
+        self.register_buffer("inv_freq", torch.tensor([1.0, 0.5, 0.25]))
+
+    def forward(self, x, ids):
+        q, k, v = self.qkv(x).unflatten(-1, (3, 4)).permute(2, 0, 1, 3).unbind(0)
+        capped = torch.min(ids, torch.full_like(ids, 5)) + torch.max(ids, torch.ones_like(ids))
+        near = (ids > 2) & (ids < 7) | (ids == 0) ^ (ids % 2 == 1)
+        bits = (ids & 6) | (ids ^ 3)
+        angles = torch.outer(torch.arange(x.shape[1], dtype=torch.float32), self.inv_freq)
+        return q * k.sigmoid() + v, capped * near + bits, angles.cos()
+
+
+def test_position_ops_lower_without_decomposition():
+    torch.manual_seed(0)
+
+    def make(b, s):
+        return torch.randn(b, s, 4), torch.randint(0, 10, (b, s))
+
+    _check(PositionOps(), make, {"x": {0: "b", 1: "s"}, "ids": {0: "b", 1: "s"}}, [(2, 6), (1, 1), (3, 7), (1, 13)])
+
+
 class Counter(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -290,6 +290,13 @@ def _binary(op: str) -> Callable[..., Node]:
 
 for _t, _op in _BINARY.items():
     LOWERINGS[_t] = _binary(_op)
+# torch.min(a, b) and torch.max(a, b): elementwise overloads that share the reductions' names
+LOWERINGS[aten.min.other] = _binary("minimum")
+LOWERINGS[aten.max.other] = _binary("maximum")
+# a & b, a | b, a ^ b (tensor or scalar b): the operators' names for the bitwise ops, bools included
+LOWERINGS[aten.__and__] = _binary("bitwise_and")
+LOWERINGS[aten.__or__] = _binary("bitwise_or")
+LOWERINGS[aten.__xor__] = _binary("bitwise_xor")
 for _t, _op in _LOGICAL.items():
     LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, a, b: elementwise(ctx, op, [a, b], "i1"))(_op)
 for _t, _op in _COMPARE.items():

@@ -16,8 +16,21 @@ from typing import Any
 import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import _full, _to_copy, _where, aten, broadcast_to, convert, lower, norm_axis, reshape
-from disc.frontends.torch.lowering_movement import _permute, _split
+from disc.frontends.torch.lowering import (
+    _full,
+    _to_copy,
+    _where,
+    aten,
+    broadcast_to,
+    convert,
+    elementwise,
+    lower,
+    meta_dtype,
+    norm_axis,
+    reshape,
+    size_value,
+)
+from disc.frontends.torch.lowering_movement import _permute, _select, _split, view
 from disc.frontends.torch.lowering_nn import (
     _batch_norm,
     _convolution,
@@ -106,6 +119,30 @@ def _chunk(ctx: Importer, fx_node, x: Node, chunks: int, dim: int = 0) -> list[N
     if not isinstance(size, int):
         raise LoweringError("chunk of a dynamic dim")  # the piece count depends on the size: torch guards it
     return _split(ctx, fx_node, x, -(-size // chunks), dim)
+
+
+@lower(aten.unbind.int)
+def _unbind(ctx: Importer, fx_node, x: Node, dim: int = 0) -> list[Node]:
+    axis = norm_axis(dim, x.tensor_type.rank)
+    size = x.shape[axis]
+    if not isinstance(size, int):
+        raise LoweringError("unbind of a dynamic dim")  # the piece count depends on the size
+    return [_select(ctx, fx_node, x, axis, i) for i in range(size)]
+
+
+@lower(aten.unflatten.int)
+def _unflatten(ctx: Importer, fx_node, x: Node, dim: int, sizes: Sequence[Any]) -> Node:
+    axis = norm_axis(dim, x.tensor_type.rank)
+    pieces = [None if v == -1 else v for v in (size_value(ctx, s) for s in sizes)]
+    return view(ctx, x, [*x.shape[:axis], *pieces, *x.shape[axis + 1 :]])
+
+
+@lower(aten.outer.default)
+def _outer(ctx: Importer, fx_node, a: Node, b: Node) -> Node:
+    dtype = meta_dtype(fx_node)
+    column = reshape(ctx, convert(ctx, a, dtype), [a.shape[0], 1])
+    row = reshape(ctx, convert(ctx, b, dtype), [1, b.shape[0]])
+    return elementwise(ctx, "mul", [column, row], dtype)
 
 
 @lower(aten.numpy_T.default)

@@ -22,10 +22,11 @@ INT64_MAX = 9223372036854775807
 
 @lower(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(ctx: Importer, fx_node, x: Node, size: Sequence[Any]) -> Node:
-    dims: list[DimLike | None] = []
-    for s in size:
-        v = size_value(ctx, s)
-        dims.append(None if v == -1 else v)
+    return view(ctx, x, [None if v == -1 else v for v in (size_value(ctx, s) for s in size)])
+
+
+def view(ctx: Importer, x: Node, dims: list[DimLike | None]) -> Node:
+    """``x`` reshaped to ``dims``; one of them may be None (torch's -1): what the others leave."""
     if dims.count(None) > 1:
         raise LoweringError("view with more than one -1")
     if None in dims:
