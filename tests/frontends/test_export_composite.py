@@ -116,6 +116,27 @@ def test_position_ops_lower_without_decomposition():
     _check(PositionOps(), make, {"x": {0: "b", 1: "s"}, "ids": {0: "b", 1: "s"}}, [(2, 6), (1, 1), (3, 7), (1, 13)])
 
 
+class MaskSelect(nn.Module):
+    """A boolean-mask index: its count is data-dependent (PyTorch runs it) and torch asserts it >= 0."""
+
+    def forward(self, x):
+        kept = x.flatten()[x.flatten() > 0]
+        return kept * 2 + kept.shape[0], torch.tanh(x).sum(dim=1)
+
+
+def test_a_core_op_that_falls_back_does_not_send_the_program_to_decomposition():
+    """Decomposing leaves core ATen ops as they are, so it cannot help them; the SymInt
+    comparison of torch's runtime assert lowers rather than falls back."""
+    torch.manual_seed(0)
+    cm = disc.compile(MaskSelect(), (torch.randn(4, 6),), dynamic={"x": {0: "n", 1: "m"}})
+    assert cm.report.decomposed_because is None
+    assert cm.report.fallbacks == {"aten.index.Tensor": 1}
+    for shape in [(4, 6), (1, 1), (3, 7), (1, 9)]:
+        x = torch.randn(shape)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(x), MaskSelect()(x))
+
+
 class Counter(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -110,7 +110,7 @@ def capture(
     name = type(model).__name__
     why = why_decompose(ep)
     importer = _import(ep, specs, name) if why is None else None
-    if importer is not None and importer.fallback_counts:
+    if importer is not None and importer.fallback_counts and _decomposes_a_fallback(ep, importer):
         why = f"{', '.join(sorted(importer.fallback_counts))} fell back to PyTorch"
     if why is not None:
         try:
@@ -146,6 +146,13 @@ def _refuse_mutations(ep: Any, name: str) -> None:
             f"{name}.forward writes {', '.join(sorted(written))} in place; disc.compile compiles side-effect-free programs. "
             "torch.compile(model, backend='disc') keeps such writes (PyTorch applies them around the compiled graph)."
         )
+
+
+def _decomposes_a_fallback(ep: Any, importer: Importer) -> bool:
+    """Would decomposing rewrite an op that fell back? Core ATen ops (a boolean-mask
+    ``index``) come out of the re-trace as they went in, and fall back again."""
+    table = _decompositions(ep)
+    return any(f.target in table for f in importer.fallbacks.values())
 
 
 def why_decompose(ep: Any) -> str | None:

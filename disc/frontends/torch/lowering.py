@@ -213,6 +213,24 @@ def _sym_float(ctx: Importer, a: Any) -> Node:
 SYMINT_OPS[operator.mod] = lambda ctx, a, b: ctx.graph.add("isub", (a, _sym("imul")(ctx, _sym("ifloordiv")(ctx, a, b), b)))
 
 
+def _sym_compare(op: str) -> Callable[..., Node]:
+    """A SymInt comparison (``u0 >= 0`` for a runtime assert): a 0-d bool tensor."""
+
+    def fn(ctx: Importer, a: Any, b: Any) -> Node:
+        def tensor(v: Any) -> Node:
+            if isinstance(v, Node) and not v.is_index:
+                return v
+            return ctx.graph.add("index_to_tensor", (v if isinstance(v, Node) else ctx.index(int(v)),), {"dtype": "i64"})
+
+        return elementwise(ctx, op, [tensor(a), tensor(b)], "i64")
+
+    return fn
+
+
+for _t, _op in {operator.eq: "eq", operator.ne: "ne", operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge"}.items():
+    SYMINT_OPS[_t] = _sym_compare(_op)
+
+
 @lower(aten.sym_size.int)
 def _sym_size(ctx: Importer, fx_node, x: Node, axis: int) -> Node:
     return ctx.index(x.shape[norm_axis(axis, x.tensor_type.rank)])
