@@ -17,6 +17,10 @@ from torch import nn
 
 from benchmarks.workloads import Workload
 
+# What the systems that capture through torch.export import: the first export() call imports
+# torch.export._trace and ~400 modules more (~14 MB), library code like the rest of the preload.
+EXPORT_PRELOAD = ("torch.export", "torch.export._trace", "torch._dynamo")
+
 
 @dataclass
 class Context:

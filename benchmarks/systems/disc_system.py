@@ -7,7 +7,7 @@ import shutil
 from typing import Any
 
 import disc
-from benchmarks.systems.base import Runner, System, register
+from benchmarks.systems.base import EXPORT_PRELOAD, Runner, System, register
 
 
 class DiscRunner(Runner):
@@ -56,7 +56,7 @@ class DiscSaved(Disc):
         return DiscRunner(cm)
 
 
-_PRELOAD = ("torch.export", "torch._dynamo", "sympy", "disc.frontends.torch.export", "disc.runtime.native")
+_PRELOAD = (*EXPORT_PRELOAD, "sympy", "disc.frontends.torch.export", "disc.frontends.torch.lowering", "disc.passes.pipeline", "disc.runtime.native")
 register(
     Disc(
         "disc",

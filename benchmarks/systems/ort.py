@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.systems.base import Runner, register
+from benchmarks.systems.base import EXPORT_PRELOAD, Runner, register
 from benchmarks.systems.onnx_export import CpuPeer, export_onnx, input_arrays, load_output_spec, to_torch
 from benchmarks.workloads import Workload
 
@@ -61,6 +61,6 @@ register(
         requires=("onnx", "onnxscript", "onnxruntime"),
         devices=("cpu",),
         cache_note="reuses the exported model.onnx; the session (graph optimization) is created again",
-        preload=("torch.export", "torch._dynamo", "torch.onnx", "onnx", "onnxscript", "onnxruntime"),
+        preload=(*EXPORT_PRELOAD, "torch.onnx", "onnx", "onnxscript", "onnxruntime"),
     )
 )

@@ -27,7 +27,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-from benchmarks.systems.base import Runner, register
+from benchmarks.systems.base import EXPORT_PRELOAD, Runner, register
 from benchmarks.systems.onnx_export import (
     CpuPeer,
     ExportError,
@@ -125,6 +125,6 @@ register(
         requires=("openvino",),
         devices=("cpu",),
         cache_note="reuses the converted IR (model.xml) and OpenVINO's compiled blob (CACHE_DIR in the workdir)",
-        preload=("torch.export", "torch._dynamo", "openvino"),
+        preload=(*EXPORT_PRELOAD, "openvino"),
     )
 )
