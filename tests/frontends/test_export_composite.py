@@ -116,6 +116,43 @@ def test_position_ops_lower_without_decomposition():
     _check(PositionOps(), make, {"x": {0: "b", 1: "s"}, "ids": {0: "b", 1: "s"}}, [(2, 6), (1, 1), (3, 7), (1, 13)])
 
 
+class Attention(nn.Module):
+    """F.scaled_dot_product_attention over 2 heads; queries from x, keys and values from y."""
+
+    def __init__(self, variant: str) -> None:
+        super().__init__()
+        self.variant = variant
+        self.q = nn.Linear(8, 8)
+        self.kv = nn.Linear(8, 16)
+
+    def forward(self, x, y, keep):
+        q = self.q(x).unflatten(-1, (2, 4)).transpose(1, 2)
+        k, v = (t.unflatten(-1, (2, 4)).transpose(1, 2) for t in self.kv(y).chunk(2, dim=-1))
+        mask = None
+        if self.variant == "bool-mask":
+            mask = keep[:, None, None, :] > 0
+        elif self.variant == "float-mask":
+            mask = (keep[:, None, None, :] - 1.0) * 1e4 + torch.arange(2.0)[:, None, None]
+        scale = 0.3 if self.variant == "scale" else None
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.variant == "causal", scale=scale)
+        return out.transpose(1, 2).flatten(2)
+
+
+@pytest.mark.parametrize("variant", ["plain", "causal", "bool-mask", "float-mask", "scale"])
+def test_scaled_dot_product_attention_lowers_without_decomposition(variant):
+    """Queries and keys of different dynamic lengths, 1 included; a bool mask that hides every
+    key of one image gives that image 0, as eager does."""
+    torch.manual_seed(0)
+
+    def make(b, s, t):
+        keep = torch.randint(0, 2, (b, t))
+        keep[0] = 0
+        return torch.randn(b, s, 8), torch.randn(b, t, 8), keep
+
+    dynamic = {"x": {0: "b", 1: "s"}, "y": {0: "b", 1: "t"}, "keep": {0: "b", 1: "t"}}
+    _check(Attention(variant), make, dynamic, [(2, 5, 7), (1, 1, 1), (3, 4, 1), (1, 9, 6)])
+
+
 class MaskSelect(nn.Module):
     """A boolean-mask index: its count is data-dependent (PyTorch runs it) and torch asserts it >= 0."""
 

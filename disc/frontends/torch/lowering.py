@@ -9,6 +9,7 @@ ops themselves always see same-shape, same-dtype operands.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -398,12 +399,13 @@ def _scalar_tensor(ctx: Importer, fx_node, value: Any, **kw) -> Node:
 def _arange(ctx: Importer, fx_node, *args: Any, **kw) -> Node:
     nums = [a for a in args]
     start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums[0], nums[1], nums[2] if len(nums) > 2 else 1)
-    if not all(isinstance(v, (int, Node)) for v in (start, end, step)) or isinstance(step, Node):
-        raise LoweringError("arange with floating-point or dynamic step")
     dtype = meta_dtype(fx_node)
-    length = (as_expr(size_value(ctx, end)) - as_expr(size_value(ctx, start))).ceildiv(step) if step > 0 else None
-    if length is None:
-        raise LoweringError("arange with a negative step")
+    if all(isinstance(v, (int, float)) for v in (start, end, step)) and step != 0:
+        length: DimLike = max(math.ceil((end - start) / step), 0)  # torch's size rule, in double
+    elif not all(isinstance(v, (int, Node)) for v in (start, end, step)) or isinstance(step, Node) or step <= 0:
+        raise LoweringError("arange with a dynamic bound and a floating-point, dynamic or negative step")
+    else:
+        length = (as_expr(size_value(ctx, end)) - as_expr(size_value(ctx, start))).ceildiv(step)
     out = ctx.graph.add("iota", (ctx.index(length),), {"dtype": dtype})
     if step != 1:
         out = elementwise(ctx, "mul", [out, step], dtype)
@@ -412,17 +414,20 @@ def _arange(ctx: Importer, fx_node, *args: Any, **kw) -> Node:
     return out
 
 
+def triangle(ctx: Importer, rows: DimLike, cols: DimLike, upper: bool, diagonal: int = 0) -> Node:
+    """A [rows, cols] bool mask: true on and above (``upper``) or below the ``diagonal``-th diagonal."""
+    r = ctx.graph.add("iota", (ctx.index(rows),), {"dtype": "i64"})
+    c = ctx.graph.add("iota", (ctx.index(cols),), {"dtype": "i64"})
+    r2 = ctx.graph.add("broadcast_in_dim", (r, ctx.index(rows), ctx.index(cols)), {"dims": (0,)})
+    c2 = ctx.graph.add("broadcast_in_dim", (c, ctx.index(rows), ctx.index(cols)), {"dims": (1,)})
+    diff = ctx.graph.add("sub", (c2, r2))  # col - row
+    return elementwise(ctx, "ge" if upper else "le", [diff, diagonal], "i64")
+
+
 def _tri(upper: bool) -> Callable[..., Node]:
     def fn(ctx: Importer, fx_node, x: Node, diagonal: int = 0) -> Node:
         rank = x.tensor_type.rank
-        rows, cols = x.shape[rank - 2], x.shape[rank - 1]
-        r = ctx.graph.add("iota", (ctx.index(rows),), {"dtype": "i64"})
-        c = ctx.graph.add("iota", (ctx.index(cols),), {"dtype": "i64"})
-        r2 = ctx.graph.add("broadcast_in_dim", (r, ctx.index(rows), ctx.index(cols)), {"dims": (0,)})
-        c2 = ctx.graph.add("broadcast_in_dim", (c, ctx.index(rows), ctx.index(cols)), {"dims": (1,)})
-        diff = ctx.graph.add("sub", (c2, r2))  # col - row
-        keep = elementwise(ctx, "ge" if upper else "le", [diff, diagonal], "i64")
-        return _where(ctx, fx_node, keep, x, 0)
+        return _where(ctx, fx_node, triangle(ctx, x.shape[rank - 2], x.shape[rank - 1], upper, diagonal), x, 0)
 
     return fn
 
