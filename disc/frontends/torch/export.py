@@ -162,8 +162,9 @@ def why_decompose(ep: Any) -> str | None:
     compile) to turn ops like ``linear`` and ``layer_norm`` into core ATen,
     which disc lowers just as well directly (``lowering_composite.py``). It is
     needed when the program mutates something (decomposition functionalises
-    it) or has an op disc has no lowering for; an op whose lowering refuses
-    later sends ``capture`` back to the decomposed form too.
+    it) or has an op disc has no lowering for but torch decomposes; an op
+    whose lowering refuses later sends ``capture`` back to the decomposed form
+    too. A core ATen op without a lowering runs in PyTorch either way.
     """
     import operator
 
@@ -173,13 +174,15 @@ def why_decompose(ep: Any) -> str | None:
     mutated = [*sig.buffers_to_mutate.values(), *sig.user_inputs_to_mutate.values()]
     if mutated:
         return f"the program mutates {', '.join(sorted(mutated))}"
+    table = _decompositions(ep)
     for n in ep.graph.nodes:
         if n.op != "call_function" or n.target is operator.getitem or n.target in SYMINT_OPS:
             continue
         schema = getattr(n.target, "_schema", None)
         if schema is not None and schema.is_mutable:
             return f"{n.target} mutates its input"
-        if n.target not in LOWERINGS and getattr(n.target, "overloadpacket", None) not in LOWERINGS:
+        lowered = n.target in LOWERINGS or getattr(n.target, "overloadpacket", None) in LOWERINGS
+        if not lowered and (n.target in table or not isinstance(n.target, torch._ops.OpOverload)):
             return f"{n.target} has no direct lowering"
         if n.target is torch.ops.aten.matmul.default and not matmul_lowers(*(tuple(x.meta["val"].shape) for x in n.args[:2])):
             return "a matmul is not a single dot_general"

@@ -437,4 +437,4 @@ LOWERINGS[aten.tril.default] = _tri(False)
 
 
 # The rest of the table lives beside this file, split by topic.
-from disc.frontends.torch import lowering_composite, lowering_movement, lowering_nn  # noqa: E402,F401
+from disc.frontends.torch import lowering_composite, lowering_movement, lowering_nn, lowering_pointwise  # noqa: E402,F401
