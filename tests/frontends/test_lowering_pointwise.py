@@ -1,4 +1,5 @@
-"""Activations and pointwise math lowered as disc's elementwise ops (lowering_pointwise.py).
+"""Activations, pointwise math and other single ops torch.export keeps, lowered by disc
+(lowering_pointwise.py, and norms, stack, glu, ... in lowering_nn.py and lowering_composite.py).
 
 Each op is compiled once with dynamic dims and compared with eager at several shapes, 1-sized
 and odd ones included, on inputs that reach the branches and tails of its formula (large
@@ -53,9 +54,8 @@ def _inputs(b: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.randn(b, n, 3, generator=g)
 
 
-@pytest.mark.parametrize("name", sorted(OPS))
-def test_pointwise_op_runs_in_disc_and_matches_eager(name):
-    model = Pointwise(OPS[name])
+def _check_runs_in_disc(fn, atol: float) -> None:
+    model = Pointwise(fn)
     dynamic = {"x": {0: "b", 1: "n"}, "y": {0: "b", 1: "n"}}
     cm = disc.compile(model, _inputs(2, 5, 0), dynamic=dynamic)
     assert cm.report.decomposed_because is None
@@ -63,7 +63,12 @@ def test_pointwise_op_runs_in_disc_and_matches_eager(name):
     for seed, (b, n) in enumerate([(2, 5), (1, 1), (3, 7), (1, 64)]):
         x, y = _inputs(b, n, seed)
         with torch.no_grad():
-            torch.testing.assert_close(cm(x, y), model(x, y), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(cm(x, y), model(x, y), rtol=1e-5, atol=atol, equal_nan=True)  # std of one value
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_pointwise_op_runs_in_disc_and_matches_eager(name):
+    _check_runs_in_disc(OPS[name], atol=1e-6)
 
 
 def test_a_core_op_without_a_lowering_runs_in_pytorch_without_a_re_trace():
@@ -76,3 +81,25 @@ def test_a_core_op_without_a_lowering_runs_in_pytorch_without_a_re_trace():
         x, y = _inputs(b, n, 1)
         with torch.no_grad():
             torch.testing.assert_close(cm(x, y), model(x, y))
+
+
+# Reductions, normalisations and reshuffles torch.export keeps as single ops.
+COMPOSITES = {
+    "vector_norm": lambda x, y: torch.linalg.vector_norm(x, dim=-1) + torch.linalg.vector_norm(y, ord=1, dim=(0, 2), keepdim=True).sum(),
+    "vector_norm_ords": lambda x, y: torch.linalg.vector_norm(x, ord=float("inf"), dim=1) + torch.linalg.vector_norm(x, ord=3, dim=1) + torch.linalg.vector_norm(x, ord=0, dim=1),
+    "normalize": lambda x, y: F.normalize(x, dim=-1) + F.normalize(y, dim=1),
+    "std": lambda x, y: (x.std(-1), y.std(dim=1, keepdim=True), x.std(dim=(0, 1), correction=0)),
+    "logsumexp": lambda x, y: (x.logsumexp(-1), torch.logsumexp(y, dim=(0, 1), keepdim=True), (x * 1e30).logsumexp(1)),
+    "rms_norm": lambda x, y: F.rms_norm(x, (3,)) + F.rms_norm(y, (3,), y[0, 0], eps=1e-3),
+    "group_norm": lambda x, y: (F.group_norm(x.transpose(1, 2), 1, y[0, 0], y[0, 0] * 0.1), F.group_norm(torch.cat([x, y], -1).transpose(1, 2), 2)),
+    "stack": lambda x, y: (torch.stack([x, y, x * y], dim=1), torch.stack([y], dim=-1)),
+    "movedim": lambda x, y: (x.movedim(2, 0) + 1, y.movedim(0, -1) * 2),
+    "narrow": lambda x, y: x.narrow(2, 1, 2) + y.narrow(-1, -2, 2),
+    "expand_as": lambda x, y: x[:, :1].expand_as(y) * y,
+    "glu": lambda x, y: F.glu(torch.cat([x, y, x, y], -1), -1) + F.glu(torch.cat([x, y], -1), dim=-1).sum(-1, keepdim=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSITES))
+def test_composite_op_runs_in_disc_and_matches_eager(name):
+    _check_runs_in_disc(COMPOSITES[name], atol=1e-5)

@@ -33,7 +33,7 @@ from disc.frontends.torch.lowering import (
     size_value,
     triangle,
 )
-from disc.frontends.torch.lowering_movement import _permute, _select, _split, view
+from disc.frontends.torch.lowering_movement import _permute, _select, _split, slice_axis, view
 from disc.frontends.torch.lowering_nn import (
     _batch_norm,
     _convolution,
@@ -41,13 +41,14 @@ from disc.frontends.torch.lowering_nn import (
     _log_softmax,
     _matmul,
     _native_dropout,
+    _native_group_norm,
     _pair,
     _softmax,
     max_pool2d,
 )
 from disc.ir.graph import Node
 from disc.ir.types import dtype_of_torch
-from disc.shape.expr import product
+from disc.shape.expr import as_expr, product, simplify_dim
 
 
 @lower(aten.linear.default)
@@ -165,6 +166,49 @@ def _unflatten(ctx: Importer, fx_node, x: Node, dim: int, sizes: Sequence[Any]) 
     axis = norm_axis(dim, x.tensor_type.rank)
     pieces = [None if v == -1 else v for v in (size_value(ctx, s) for s in sizes)]
     return view(ctx, x, [*x.shape[:axis], *pieces, *x.shape[axis + 1 :]])
+
+
+@lower(aten.stack.default)
+def _stack(ctx: Importer, fx_node, tensors: Sequence[Node], dim: int = 0) -> Node:
+    axis = norm_axis(dim, tensors[0].tensor_type.rank + 1)
+    pieces = [reshape(ctx, convert(ctx, t, meta_dtype(fx_node)), [*t.shape[:axis], 1, *t.shape[axis:]]) for t in tensors]
+    return pieces[0] if len(pieces) == 1 else ctx.graph.add("concat", pieces, {"axis": axis})
+
+
+@lower(aten.movedim.int)
+def _movedim(ctx: Importer, fx_node, x: Node, source: int, destination: int) -> Node:
+    rank = x.tensor_type.rank
+    order = [d for d in range(rank) if d != norm_axis(source, rank)]
+    order.insert(norm_axis(destination, rank), norm_axis(source, rank))
+    return _permute(ctx, fx_node, x, order)
+
+
+@lower(aten.narrow.default)
+def _narrow(ctx: Importer, fx_node, x: Node, dim: int, start: Any, length: Any) -> Node:
+    axis = norm_axis(dim, x.tensor_type.rank)
+    begin = as_expr(size_value(ctx, start))
+    if isinstance(start, int) and start < 0:  # counts from the end
+        begin = as_expr(x.shape[axis]) + start
+    return slice_axis(ctx, x, axis, simplify_dim(begin), simplify_dim(begin + as_expr(size_value(ctx, length))))
+
+
+@lower(aten.expand_as.default)
+def _expand_as(ctx: Importer, fx_node, x: Node, other: Node) -> Node:
+    return broadcast_to(ctx, x, other.shape)
+
+
+@lower(aten.glu.default)
+def _glu(ctx: Importer, fx_node, x: Node, dim: int = -1) -> Node:
+    size = x.shape[norm_axis(dim, x.tensor_type.rank)]
+    if not isinstance(size, int):
+        raise LoweringError("glu over a dynamic dim")
+    a, b = _split(ctx, fx_node, x, size // 2, dim)
+    return elementwise(ctx, "mul", [a, ctx.graph.add("sigmoid", (b,))], x.dtype)
+
+
+@lower(aten.group_norm.default)
+def _group_norm(ctx: Importer, fx_node, x: Node, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5, cudnn_enabled: bool = True) -> Node:
+    return _native_group_norm(ctx, fx_node, x, weight, bias, None, None, None, groups, eps)[0]
 
 
 @lower(aten.outer.default)

@@ -7,8 +7,11 @@ into one kernel, and it keeps the op set small.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import (
@@ -19,6 +22,7 @@ from disc.frontends.torch.lowering import (
     lower,
     mean,
     meta_dtype,
+    meta_of,
     norm_axis,
     numel_of,
     reduce,
@@ -79,6 +83,43 @@ def _var_mean(ctx: Importer, fx_node, x: Node, dims: Any = None, *, correction: 
     return [var, mean(ctx, x, axes, keepdim)]
 
 
+@lower(aten.std.correction, aten.std.dim)
+def _std(ctx: Importer, fx_node, x: Node, *args: Any, **kw: Any) -> Node:
+    return ctx.graph.add("sqrt", (_var(ctx, fx_node, x, *args, **kw),))
+
+
+@lower(aten.linalg_vector_norm.default)
+def _vector_norm(ctx: Importer, fx_node, x: Node, ord: Any = 2, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Node:
+    """||x||_ord over ``dims``: 2 (the usual), 1, inf, -inf, 0 (the nonzero count) or any other p."""
+    x = convert(ctx, x, meta_dtype(fx_node))
+    axes = reduce_dims(x, dims)
+    ord = float(ord)
+    if ord == 0:
+        return reduce(ctx, convert(ctx, elementwise(ctx, "ne", [x, 0.0], x.dtype), x.dtype), axes, "sum", keepdim)
+    magnitude = ctx.graph.add("abs", (x,))
+    if math.isinf(ord):
+        return reduce(ctx, magnitude, axes, "max" if ord > 0 else "min", keepdim)
+    if ord == 1:
+        return reduce(ctx, magnitude, axes, "sum", keepdim)
+    if ord == 2:
+        return ctx.graph.add("sqrt", (reduce(ctx, elementwise(ctx, "mul", [x, x], x.dtype), axes, "sum", keepdim),))
+    total = reduce(ctx, elementwise(ctx, "pow", [magnitude, ord], x.dtype), axes, "sum", keepdim)
+    return elementwise(ctx, "pow", [total, 1.0 / ord], x.dtype)
+
+
+@lower(aten.logsumexp.default)
+def _logsumexp(ctx: Importer, fx_node, x: Node, dims: Any = None, keepdim: bool = False) -> Node:
+    """log(sum(exp(x - m))) + m with m the max, taken as 0 where it is infinite (as PyTorch does)."""
+    x = convert(ctx, x, meta_dtype(fx_node))
+    axes = reduce_dims(x, dims)
+    peak = reduce(ctx, x, axes, "max", True)
+    infinite = elementwise(ctx, "eq", [ctx.graph.add("abs", (peak,)), float("inf")], x.dtype)
+    shift = ctx.graph.add("select", (infinite, broadcast_to(ctx, scalar(ctx, 0.0, x.dtype), peak.shape), peak))
+    total = reduce(ctx, ctx.graph.add("exp", (elementwise(ctx, "sub", [x, shift], x.dtype),)), axes, "sum", keepdim)
+    shift = shift if keepdim else reshape(ctx, shift, list(total.shape))
+    return elementwise(ctx, "add", [ctx.graph.add("log", (total,)), shift], x.dtype)
+
+
 def _arg(kind: str):
     def fn(ctx: Importer, fx_node, x: Node, dim: Any = None, keepdim: bool = False) -> Node:
         if dim is None:
@@ -133,6 +174,36 @@ def _layer_norm(ctx: Importer, fx_node, x: Node, normalized_shape: Sequence[Any]
     if bias is not None:
         out = elementwise(ctx, "add", [out, bias], x.dtype)
     return [out, mu, rstd]
+
+
+@lower(aten.rms_norm.default)
+def _rms_norm(ctx: Importer, fx_node, x: Node, normalized_shape: Sequence[Any], weight: Any = None, eps: Any = None) -> Node:
+    rank = x.tensor_type.rank
+    axes = list(range(rank - len(normalized_shape), rank))
+    eps = torch.finfo(meta_of(fx_node).dtype).eps if eps is None else float(eps)
+    ms = mean(ctx, elementwise(ctx, "mul", [x, x], x.dtype), axes, True)
+    out = elementwise(ctx, "mul", [x, ctx.graph.add("rsqrt", (elementwise(ctx, "add", [ms, eps], x.dtype),))], x.dtype)
+    return out if weight is None else elementwise(ctx, "mul", [out, weight], x.dtype)
+
+
+@lower(aten.native_group_norm.default)
+def _native_group_norm(ctx: Importer, fx_node, x: Node, weight: Any, bias: Any, n: Any, c: Any, hw: Any, groups: int, eps: float) -> list[Node]:
+    """Statistics over each group of C / groups channels and all positions; the affine part per channel."""
+    channels = x.shape[1]
+    if not isinstance(channels, int):
+        raise LoweringError("group_norm over a dynamic channel count")
+    rows = reshape(ctx, x, [x.shape[0], groups, channels // groups, *x.shape[2:]])
+    axes = list(range(2, rows.tensor_type.rank))
+    mu = mean(ctx, rows, axes, True)
+    centered = elementwise(ctx, "sub", [rows, mu], x.dtype)
+    rstd = ctx.graph.add("rsqrt", (elementwise(ctx, "add", [mean(ctx, elementwise(ctx, "mul", [centered, centered], x.dtype), axes, True), float(eps)], x.dtype),))
+    out = reshape(ctx, elementwise(ctx, "mul", [centered, rstd], x.dtype), list(x.shape))
+    if weight is not None:
+        out = ctx.graph.add("mul", (out, _channel(ctx, weight, x)))
+    if bias is not None:
+        out = ctx.graph.add("add", (out, _channel(ctx, bias, x)))
+    stats = [x.shape[0], groups]
+    return [out, reshape(ctx, mu, stats), reshape(ctx, rstd, stats)]
 
 
 def _channel(ctx: Importer, v: Node, x: Node) -> Node:
