@@ -96,6 +96,9 @@ COMPOSITES = {
     "movedim": lambda x, y: (x.movedim(2, 0) + 1, y.movedim(0, -1) * 2),
     "narrow": lambda x, y: x.narrow(2, 1, 2) + y.narrow(-1, -2, 2),
     "expand_as": lambda x, y: x[:, :1].expand_as(y) * y,
+    "repeat": lambda x, y: (x.repeat(1, 2, 3), y.repeat(2, 1, 1, 2)),
+    "upsample_nearest": lambda x, y: (F.interpolate(x[:, None], scale_factor=2.0), F.interpolate(x.transpose(1, 2)[:, :, None], scale_factor=(3, 1))),
+    "flip": lambda x, y: (x.flip(-1), y.flip(0, 1) * 2),
     "glu": lambda x, y: F.glu(torch.cat([x, y, x, y], -1), -1) + F.glu(torch.cat([x, y], -1), dim=-1).sum(-1, keepdim=True),
 }
 

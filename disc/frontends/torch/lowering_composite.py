@@ -211,6 +211,44 @@ def _group_norm(ctx: Importer, fx_node, x: Node, groups: int, weight: Any = None
     return _native_group_norm(ctx, fx_node, x, weight, bias, None, None, None, groups, eps)[0]
 
 
+def _replicate(ctx: Importer, x: Node, factors: Sequence[int], whole: bool) -> Node:
+    """Dim i of ``x`` repeated ``factors[i]`` times, as a broadcast of a new size-1 axis: whole
+    copies one after another (``whole``, torch's ``repeat``) or each element in place (nearest
+    upsampling). Both are exact and fuse like any broadcast."""
+    ones, grown, merged = [], [], []
+    for d, k in zip(x.shape, factors):
+        ones += [d] if k == 1 else ([1, d] if whole else [d, 1])
+        grown += [d] if k == 1 else ([k, d] if whole else [d, k])
+        merged.append(d if k == 1 else simplify_dim(as_expr(d) * k))
+    return reshape(ctx, broadcast_to(ctx, reshape(ctx, x, ones), grown), merged)
+
+
+@lower(aten.repeat.default)
+def _repeat(ctx: Importer, fx_node, x: Node, repeats: Sequence[int]) -> Node:
+    if not all(isinstance(r, int) for r in repeats):
+        raise LoweringError("repeat by a dynamic count")
+    extra = len(repeats) - x.tensor_type.rank
+    return _replicate(ctx, reshape(ctx, x, [1] * extra + list(x.shape)), repeats, whole=True)
+
+
+@lower(aten.upsample_nearest2d.vec)
+def _upsample_nearest2d(ctx: Importer, fx_node, x: Node, output_size: Any, scale_factors: Any) -> Node:
+    """Nearest upsampling by whole factors (source index = destination // factor, as PyTorch picks it)."""
+    if scale_factors is None or not all(float(f).is_integer() and f >= 1 for f in scale_factors):
+        raise LoweringError("nearest upsampling to a size, or by a fractional factor")
+    return _replicate(ctx, x, [1, 1, *(int(f) for f in scale_factors)], whole=False)
+
+
+@lower(aten.flip.default)
+def _flip(ctx: Importer, fx_node, x: Node, dims: Sequence[int]) -> Node:
+    for axis in {norm_axis(d, x.tensor_type.rank) for d in dims}:
+        size = x.shape[axis]
+        last = ctx.graph.add("index_to_tensor", (ctx.index(simplify_dim(as_expr(size) - 1)),), {"dtype": "i64"})
+        reversed_index = elementwise(ctx, "sub", [last, ctx.graph.add("iota", (ctx.index(size),), {"dtype": "i64"})], "i64")
+        x = ctx.graph.add("index_select", (x, reversed_index), {"axis": axis})
+    return x
+
+
 @lower(aten.outer.default)
 def _outer(ctx: Importer, fx_node, a: Node, b: Node) -> Node:
     dtype = meta_dtype(fx_node)
