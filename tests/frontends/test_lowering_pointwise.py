@@ -96,6 +96,7 @@ COMPOSITES = {
     "movedim": lambda x, y: (x.movedim(2, 0) + 1, y.movedim(0, -1) * 2),
     "narrow": lambda x, y: x.narrow(2, 1, 2) + y.narrow(-1, -2, 2),
     "expand_as": lambda x, y: x[:, :1].expand_as(y) * y,
+    "view_as": lambda x, y: (x * 2).flatten(1).view_as(y) + y,
     "repeat": lambda x, y: (x.repeat(1, 2, 3), y.repeat(2, 1, 1, 2)),
     "upsample_nearest": lambda x, y: (F.interpolate(x[:, None], scale_factor=2.0), F.interpolate(x.transpose(1, 2)[:, :, None], scale_factor=(3, 1))),
     "flip": lambda x, y: (x.flip(-1), y.flip(0, 1) * 2),
@@ -106,3 +107,16 @@ COMPOSITES = {
 @pytest.mark.parametrize("name", sorted(COMPOSITES))
 def test_composite_op_runs_in_disc_and_matches_eager(name):
     _check_runs_in_disc(COMPOSITES[name], atol=1e-5)
+
+
+def test_an_op_torch_expands_itself_still_goes_through_decomposition():
+    """cosine_similarity has no lowering but is CompositeImplicitAutograd: the re-trace expands it
+    into ops disc lowers, so the program is decomposed rather than left to PyTorch."""
+    model = Pointwise(lambda x, y: F.cosine_similarity(x, y, dim=-1))
+    cm = disc.compile(model, _inputs(2, 5, 0), dynamic={"x": {0: "b", 1: "n"}, "y": {0: "b", 1: "n"}})
+    assert "cosine_similarity" in (cm.report.decomposed_because or "")
+    assert not cm.report.fallbacks
+    for b, n in [(2, 5), (1, 1), (3, 7)]:
+        x, y = _inputs(b, n, 2)
+        with torch.no_grad():
+            torch.testing.assert_close(cm(x, y), model(x, y))

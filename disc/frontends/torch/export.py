@@ -152,7 +152,15 @@ def _decomposes_a_fallback(ep: Any, importer: Importer) -> bool:
     """Would decomposing rewrite an op that fell back? Core ATen ops (a boolean-mask
     ``index``) come out of the re-trace as they went in, and fall back again."""
     table = _decompositions(ep)
-    return any(f.target in table for f in importer.fallbacks.values())
+    return any(not _kept_by_decomposition(f.target, table) for f in importer.fallbacks.values())
+
+
+def _kept_by_decomposition(target: Any, table: Any) -> bool:
+    """Does ``run_decompositions`` leave this op as it is? Not if the table decomposes it, nor if
+    it is CompositeImplicitAutograd (``view_as``): the re-trace expands those itself."""
+    if not isinstance(target, torch._ops.OpOverload) or target in table:
+        return False
+    return not torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
 
 
 def why_decompose(ep: Any) -> str | None:
@@ -182,7 +190,7 @@ def why_decompose(ep: Any) -> str | None:
         if schema is not None and schema.is_mutable:
             return f"{n.target} mutates its input"
         lowered = n.target in LOWERINGS or getattr(n.target, "overloadpacket", None) in LOWERINGS
-        if not lowered and (n.target in table or not isinstance(n.target, torch._ops.OpOverload)):
+        if not lowered and not _kept_by_decomposition(n.target, table):
             return f"{n.target} has no direct lowering"
         if n.target is torch.ops.aten.matmul.default and not matmul_lowers(*(tuple(x.meta["val"].shape) for x in n.args[:2])):
             return "a matmul is not a single dot_general"

@@ -197,6 +197,11 @@ def _expand_as(ctx: Importer, fx_node, x: Node, other: Node) -> Node:
     return broadcast_to(ctx, x, other.shape)
 
 
+@lower(aten.view_as.default)
+def _view_as(ctx: Importer, fx_node, x: Node, other: Node) -> Node:
+    return reshape(ctx, x, list(other.shape))
+
+
 @lower(aten.glu.default)
 def _glu(ctx: Importer, fx_node, x: Node, dim: int = -1) -> Node:
     size = x.shape[norm_axis(dim, x.tensor_type.rank)]
