@@ -64,7 +64,17 @@ def reduction_levels(step: KernelStep) -> dict[Node, int]:
 
 
 def leading_reduction(step: KernelStep, c: ShapeConstraints, passes: bool = False) -> int:
-    """How many leading dims every reduction of the group reduces, when a column schedule can run it; else 0.
+    """How many leading dims every reduction of the group reduces, when a column schedule can run it; else 0."""
+    outer, lead = column_space(step, c, passes)
+    return lead if outer == 0 else 0
+
+
+def column_space(step: KernelStep, c: ShapeConstraints, passes: bool = False) -> tuple[int, int]:
+    """(kept outer dims, reduced dims) when a column schedule can run the group's reductions; else (0, 0).
+
+    The reduced dims are one consecutive block with kept dims after it; kept dims
+    before it (an NHWC image's batch, when a spatial mean reduces h and w) are walked
+    one index at a time around the schedule.
 
     A column schedule walks the reduction space in memory order (reduced rows
     outer, kept elements inner) and accumulates per kept element: it needs
@@ -78,17 +88,18 @@ def leading_reduction(step: KernelStep, c: ShapeConstraints, passes: bool = Fals
     domain = reductions[0].inputs[0]
     rank = len(domain.shape)
     rdims = sorted(d % max(rank, 1) for d in reductions[0].attrs["dims"])
-    if not 0 < len(rdims) < rank or rdims != list(range(len(rdims))):
-        return 0
+    outer = rdims[0] if rdims else 0
+    if not rdims or rdims != list(range(outer, outer + len(rdims))) or rdims[-1] == rank - 1:
+        return 0, 0
     for r in reductions:
         if sorted(d % rank for d in r.attrs["dims"]) != rdims or not c.prove_same_shape(r.inputs[0].shape, domain.shape):
-            return 0
+            return 0, 0
     members = set(step.group.nodes)
     full = [o for o in step.outputs if c.prove_same_numel(o.shape, domain.shape)]
     per_element = [r.inputs[0] for r in reductions] + full
     if not passes and any(reads(per_element, r, members) for r in reductions):
-        return 0
-    return len(rdims)
+        return 0, 0
+    return outer, len(rdims)
 
 
 def runtime_broadcasts(step: KernelStep, c: ShapeConstraints) -> list[tuple[DimLike, DimLike]]:

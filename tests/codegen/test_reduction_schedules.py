@@ -187,6 +187,34 @@ def test_values_read_per_element_after_column_reductions_take_one_walk_per_level
     assert sum(ran.values()) == 1 and ran.get("column", 0) + ran.get("no-broadcast", 0) == 1, ran
 
 
+class SpatialMeanNHWC(nn.Module):
+    """A squeeze-excite gate on NHWC data: the spatial mean reduces h and w, between the kept batch and channel."""
+
+    def forward(self, x, w):
+        y = nn.functional.hardswish(x * w + 0.5)
+        gate = torch.sigmoid(y.mean((1, 2)))
+        return y, gate, y.amax((1, 2), keepdim=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 1, 1, 6), (2, 3, 1, 7), (3, 9, 11, 32), (2, 48, 48, 33)])
+def test_reductions_between_kept_dims_walk_rows_in_memory_order_per_outer_index(two_threads, shape):
+    """The column schedule runs once per batch index: each image's rows in memory order, the channels
+    contiguous inside (the row schedule read each channel's values at a stride of c floats)."""
+    m = SpatialMeanNHWC()
+    dyn = {"x": {0: "n", 1: "h", 2: "w", 3: "c"}, "w": {0: "c"}}
+    ex = _profiled(m, (torch.randn(2, 3, 4, 5), torch.randn(5)), dyn)
+    (call,) = _column_kernels(ex)
+    text = call.kernel.text
+    assert "for (int64_t o = 0; o < s.n; ++o) {" in text and "(o * rows + r) * cols + j" in text and "j * " not in text
+    x, w = torch.randn(*shape) * 3, torch.randn(shape[-1])
+    before = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
+    for got, want in zip(ex.run([x, w]), m(x, w)):
+        torch.testing.assert_close(got.reshape(want.shape), want, rtol=1e-4, atol=1e-5)
+    after = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
+    ran = {k: v - before[k] for k, v in after.items()}
+    assert sum(ran.values()) == 1 and ran.get("column", 0) + ran.get("no-broadcast", 0) == 1, ran
+
+
 class ChannelsFirstBatchNorm(nn.Module):
     """Training BatchNorm on NCHW data (reduced dims 0, 2, 3 around the kept channel) and a spatial mean."""
 

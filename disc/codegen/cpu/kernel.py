@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
-from disc.codegen.groups import leading_reduction, output_source, reads, reduction_domain, reduction_levels, runtime_broadcasts
+from disc.codegen.groups import column_space, output_source, reads, reduction_domain, reduction_levels, runtime_broadcasts
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
@@ -112,7 +112,7 @@ class _Emitter:
         self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
         self.row_cache: dict[Node, str] = {}  # value -> per-row buffer holding it at every j of the row
         self.columns: dict[Node, str] = {}  # column schedule: reduce node -> array of its values (kept dims)
-        self.column_lead = 0  # column schedule: how many leading dims are reduced
+        self.column_kept = 0  # column schedule: how many trailing dims are kept (the j loop's)
         self.column_inner: tuple[str, ...] = ()  # column schedule: the kept dims' indices in the current j loop
         self.pass_dims: tuple[str, ...] | None = None  # the index of the row pass being emitted
         self.rows = self.cols = ""  # reduction kernels: the C++ row count and row length (host-evaluable)
@@ -465,12 +465,11 @@ class _Emitter:
         self.w(f"{at} = {take} ? {flat} : {at};")
 
     def _op_reduce(self, n: Node, idx: Idx) -> str:
-        if n in self.columns:  # a column schedule's combined row, indexed by the kept dims
-            dims = self.dims_of(idx)
-            kept = dims[self.column_lead :] if n.attrs["keepdim"] else dims
+        if n in self.columns:  # a column schedule's combined row (of the current outer index), by the kept dims
+            kept = self.dims_of(idx)[-self.column_kept :]
             if tuple(kept) == self.column_inner:
                 return f"{self.columns[n]}[j]"
-            return f"{self.columns[n]}[{self.linear_of(Idx(self.shape(n)[len(dims) - len(kept) :], tuple(kept)))}]"
+            return f"{self.columns[n]}[{self.linear_of(Idx(self.shape(n)[-self.column_kept :], tuple(kept)))}]"
         if n not in self.accs:
             raise Unsupported(f"reduction %{n.name} used outside its row loop")
         var, row = self.accs[n]
@@ -867,8 +866,9 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     return em
 
 
-def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) -> _Emitter:
-    """Reductions over the ``lead`` leading dims (a bias gradient, BatchNorm's statistics): rows in memory order.
+def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int, lead: int) -> _Emitter:
+    """Reductions over ``lead`` dims after ``outer`` kept ones (a bias gradient, BatchNorm's
+    statistics, an NHWC spatial mean): rows in memory order, one outer index at a time.
 
     Each thread owns a contiguous block of reduced rows and accumulates every
     kept element of them into its own partial row (no atomics); the partials
@@ -884,10 +884,17 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
     domain = reductions[0].inputs[0]
     shape = em.shape(domain)
     spelled = [names.expr(d) for d in domain.shape]
-    em.rows = c_product(spelled[:lead])
-    em.cols = c_product(spelled[lead:])
-    em.column_lead = lead
+    em.rows = c_product(spelled[outer : outer + lead])
+    em.cols = c_product(spelled[outer + lead :])
+    em.column_kept = len(shape) - outer - lead
     em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
+    outer_dims: tuple[str, ...] = ()
+    if outer:  # the rest of the kernel runs once per outer index o
+        em.w(f"for (int64_t o = 0; o < {c_product(spelled[:outer])}; ++o) {{")
+        em.w.depth += 1
+        em.scopes.append({})
+        outer_dims = tuple(em.dims_of(Idx(shape[:outer], None, "o")))
+    at_row = "(o * rows + r) * cols + j" if outer else "r * cols + j"
     em.w(f"const int64_t nt = rows * cols >= {PARALLEL_MIN_ELEMENTS} ? std::max<int64_t>(1, std::min<int64_t>(disc_threads(), rows)) : 1;")
     full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
     row_outputs = [o for o in step.outputs if o not in full_outputs]
@@ -902,14 +909,14 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
         body(start=True)
         em.w("for (int64_t r = rows * t / nt; r < rows * (t + 1) / nt; ++r) {")
         em.w.depth += 1
-        outer = em.dims_of(Idx(shape[:lead], None, "r"))
+        reduced = em.dims_of(Idx(shape[outer : outer + lead], None, "r"))
         em.w("#pragma omp simd")
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         em.scopes.append({})
-        inner = em.dims_of(Idx(shape[lead:], None, "j"))
+        inner = em.dims_of(Idx(shape[outer + lead :], None, "j"))
         em.column_inner = tuple(inner)
-        body(idx=Idx(shape, tuple(outer) + tuple(inner), "r * cols + j"))
+        body(idx=Idx(shape, outer_dims + tuple(reduced) + tuple(inner), at_row))
         em.scopes.pop()
         for _ in range(2):
             em.w.depth -= 1
@@ -964,26 +971,29 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, lead: int) 
                 _write_outputs(em, step, domain, idx, full_outputs)
 
         walk(write)
-    if not row_outputs:
-        return em
-    em.w(_parallel("cols"))
-    em.w("for (int64_t j = 0; j < cols; ++j) {")
-    em.w.depth += 1
-    em.scopes.append({})
-    inner = em.dims_of(Idx(shape[lead:], None, "j"))
-    em.column_inner = tuple(inner)
-    for i, o in enumerate(step.outputs):
-        if o not in row_outputs:
-            continue
-        source = output_source(o, em.members)
-        r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
-        if r is None:
-            raise Unsupported(f"output %{o.name} {o.type} is neither a reduced space nor the full space {domain.type}")
-        at = Idx(em.shape(source), (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner))
-        em.w(f"out{i}[{em.linear_of(at)}] = {em.value(source, at)};")
-    em.scopes.pop()
-    em.w.depth -= 1
-    em.w("}")
+    if row_outputs:
+        em.w(_parallel("cols"))
+        em.w("for (int64_t j = 0; j < cols; ++j) {")
+        em.w.depth += 1
+        em.scopes.append({})
+        inner = em.dims_of(Idx(shape[outer + lead :], None, "j"))
+        em.column_inner = tuple(inner)
+        for i, out in enumerate(step.outputs):
+            if out not in row_outputs:
+                continue
+            source = output_source(out, em.members)
+            r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
+            if r is None:
+                raise Unsupported(f"output %{out.name} {out.type} is neither a reduced space nor the full space {domain.type}")
+            at = Idx(em.shape(source), outer_dims + (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner))
+            em.w(f"out{i}[{em.linear_of(at)}] = {em.value(source, at)};")
+        em.scopes.pop()
+        em.w.depth -= 1
+        em.w("}")
+    if outer:
+        em.scopes.pop()
+        em.w.depth -= 1
+        em.w("}")
     return em
 
 
@@ -1053,11 +1063,11 @@ def _versions(step: KernelStep, names: SymbolNames) -> list[tuple[str, str, _Emi
         return [("general", "true", _scatter_body(step, names))]
     has_reduce = any(n.op == "reduce" for n in step.group.nodes)
 
-    lead = leading_reduction(step, names.c, passes=True) if has_reduce else 0
+    outer, lead = column_space(step, names.c, passes=True) if has_reduce else (0, 0)
 
     def body(assume: bool, schedule: str = "recompute") -> _Emitter:
         if lead:
-            return _column_body(step, names, assume, lead)
+            return _column_body(step, names, assume, outer, lead)
         if has_reduce:
             return _reduction_body(step, names, assume, schedule)
         em = _loop_body(step, names, assume, nested=False)
