@@ -218,12 +218,10 @@ def _sym_compare(op: str) -> Callable[..., Node]:
     """A SymInt comparison (``u0 >= 0`` for a runtime assert): a 0-d bool tensor."""
 
     def fn(ctx: Importer, a: Any, b: Any) -> Node:
-        def tensor(v: Any) -> Node:
-            if isinstance(v, Node) and not v.is_index:
-                return v
-            return ctx.graph.add("index_to_tensor", (v if isinstance(v, Node) else ctx.index(int(v)),), {"dtype": "i64"})
-
-        return elementwise(ctx, op, [tensor(a), tensor(b)], "i64")
+        if _is_symfloat(a) or _is_symfloat(b):  # a SymFloat side: compared as doubles
+            return elementwise(ctx, op, [_sym_float(ctx, a), _sym_float(ctx, b)], "f64")
+        tensors = [ctx.graph.add("index_to_tensor", (v if isinstance(v, Node) else ctx.index(int(v)),), {"dtype": "i64"}) for v in (a, b)]
+        return elementwise(ctx, op, tensors, "i64")
 
     return fn
 
