@@ -15,6 +15,7 @@ import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import (
+    _where,
     aten,
     broadcast_to,
     convert,
@@ -114,7 +115,7 @@ def _logsumexp(ctx: Importer, fx_node, x: Node, dims: Any = None, keepdim: bool 
     axes = reduce_dims(x, dims)
     peak = reduce(ctx, x, axes, "max", True)
     infinite = elementwise(ctx, "eq", [ctx.graph.add("abs", (peak,)), float("inf")], x.dtype)
-    shift = ctx.graph.add("select", (infinite, broadcast_to(ctx, scalar(ctx, 0.0, x.dtype), peak.shape), peak))
+    shift = _where(ctx, fx_node, infinite, 0.0, peak)
     total = reduce(ctx, ctx.graph.add("exp", (elementwise(ctx, "sub", [x, shift], x.dtype),)), axes, "sum", keepdim)
     shift = shift if keepdim else reshape(ctx, shift, list(total.shape))
     return elementwise(ctx, "add", [ctx.graph.add("log", (total,)), shift], x.dtype)
@@ -193,11 +194,8 @@ def _native_group_norm(ctx: Importer, fx_node, x: Node, weight: Any, bias: Any, 
     if not isinstance(channels, int):
         raise LoweringError("group_norm over a dynamic channel count")
     rows = reshape(ctx, x, [x.shape[0], groups, channels // groups, *x.shape[2:]])
-    axes = list(range(2, rows.tensor_type.rank))
-    mu = mean(ctx, rows, axes, True)
-    centered = elementwise(ctx, "sub", [rows, mu], x.dtype)
-    rstd = ctx.graph.add("rsqrt", (elementwise(ctx, "add", [mean(ctx, elementwise(ctx, "mul", [centered, centered], x.dtype), axes, True), float(eps)], x.dtype),))
-    out = reshape(ctx, elementwise(ctx, "mul", [centered, rstd], x.dtype), list(x.shape))
+    normed, mu, rstd = _layer_norm(ctx, fx_node, rows, rows.shape[2:], None, None, eps)  # each group is a LayerNorm row
+    out = reshape(ctx, normed, list(x.shape))
     if weight is not None:
         out = ctx.graph.add("mul", (out, _channel(ctx, weight, x)))
     if bias is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from disc.frontends.torch.importer import Importer
 from disc.frontends.torch.lowering import _clamp, _where, aten, elementwise, lower, meta_dtype
 from disc.ir.graph import Node
+from disc.ir.types import FLOAT_DTYPES
 
 
 def _op(ctx: Importer, fx_node, op: str, *operands: Any) -> Node:
@@ -115,7 +116,7 @@ def _exp2(ctx: Importer, fx_node, x: Node) -> Node:
 
 @lower(aten.trunc.default)
 def _trunc(ctx: Importer, fx_node, x: Node) -> Node:
-    if not x.dtype.startswith("f") and x.dtype != "bf16":
+    if x.dtype not in FLOAT_DTYPES:
         return x
     return _where(ctx, fx_node, _op(ctx, fx_node, "lt", x, 0.0), ctx.graph.add("ceil", (x,)), ctx.graph.add("floor", (x,)))
 
