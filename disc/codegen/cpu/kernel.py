@@ -888,6 +888,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
     em.cols = c_product(spelled[outer + lead :])
     em.column_kept = len(shape) - outer - lead
     em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
+    em.w(f"const int64_t nt = rows * cols >= {PARALLEL_MIN_ELEMENTS} ? std::max<int64_t>(1, std::min<int64_t>(disc_threads(), rows)) : 1;")
     outer_dims: tuple[str, ...] = ()
     if outer:  # the rest of the kernel runs once per outer index o
         em.w(f"for (int64_t o = 0; o < {c_product(spelled[:outer])}; ++o) {{")
@@ -895,7 +896,6 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
         em.scopes.append({})
         outer_dims = tuple(em.dims_of(Idx(shape[:outer], None, "o")))
     at_row = "(o * rows + r) * cols + j" if outer else "r * cols + j"
-    em.w(f"const int64_t nt = rows * cols >= {PARALLEL_MIN_ELEMENTS} ? std::max<int64_t>(1, std::min<int64_t>(disc_threads(), rows)) : 1;")
     full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
     row_outputs = [o for o in step.outputs if o not in full_outputs]
     level = reduction_levels(step)
