@@ -9,5 +9,9 @@ os.environ.setdefault("DISC_VERIFY", "1")
 # Set before anything imports triton's JIT (the variable is read when a kernel is decorated).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# On a GPU, eager and disc's library calls compare in full fp32: cuDNN's default TF32 convolutions
+# round differently for different algorithms and layouts (~3e-4 apart on ResNet and ViT).
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
 torch.manual_seed(0)
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))

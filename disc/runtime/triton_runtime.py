@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
@@ -30,6 +30,8 @@ import torch
 from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs, workspace_bytes
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
+from disc.ir.types import DTYPES
+from disc.runtime.cuda_graphs import GraphCache, graph_limits
 from disc.runtime.reference import ExecutionProfile
 
 CACHE_FORMAT = "disc-triton-cache-1"
@@ -57,6 +59,9 @@ class TritonBuild:
     module: ModuleType
     path: str
     seconds: float
+    # (step, version, constexpr values..., num_warps) -> a launcher of that site's compiled form (GPU only)
+    compiled: dict = field(default_factory=dict)
+    compile_seconds: float = 0.0  # of ``seconds``: Triton compiling every kernel form ahead of the first call
 
 
 def build_triton(graph: Graph) -> TritonBuild:
@@ -85,7 +90,73 @@ def build_triton(graph: Graph) -> TritonBuild:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[module_name] = module
-    return TritonBuild(lowered, source, module, str(path), time.perf_counter() - start)
+    compiled, compile_seconds = ({}, 0.0) if interpreting() else precompile(module, source)
+    return TritonBuild(lowered, source, module, str(path), time.perf_counter() - start, compiled, compile_seconds)
+
+
+# A dim argument is compiled as a 64-bit integer (the kernels index in int64 anyway), so one
+# compiled form takes any dim; a small value would make Triton pick a 32-bit parameter.
+_DIM_PLACEHOLDER = 1 << 40
+
+
+def precompile(module: ModuleType, source) -> tuple[dict, float]:
+    """Compile every form of every kernel (each version, each constexpr choice) before the first call.
+
+    Dims are not specialised (``do_not_specialize``) and every buffer the host flow passes is
+    16-byte aligned (``TritonRuntime.prepare``, slots on ``ALIGN``), so these forms are all a
+    program ever launches: no shape compiles anything at run time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import triton.knobs  # noqa: F401  (launch hooks are read per launch)
+
+    start = time.perf_counter()
+    # Structurally identical groups share a function, possibly over other dtypes (a copy kernel
+    # prints the same for i64 and f32), so a compiled form is keyed by its dtypes too, and each
+    # launch site (step, version) finds the form of its own buffers.
+    jobs: dict[tuple, tuple] = {}  # (function, dtypes, constexprs, num_warps) -> warmup arguments
+    sites: dict[tuple, tuple] = {}  # (step, version, constexpr values..., num_warps) -> job key
+    for step, call in enumerate(source.calls):
+        kernel = getattr(call, "kernel", None)
+        if kernel is None:
+            continue
+        ptrs = tuple(DTYPES[n.dtype] for n in kernel.params)
+        dims = [_DIM_PLACEHOLDER] * len(kernel.dims)
+        for v, version in enumerate(kernel.versions):
+            fn = getattr(module, version.function)
+            for choice in version.choices:
+                job = (fn, ptrs, tuple(choice.items()), version.num_warps)
+                jobs.setdefault(job, (fn, [*ptrs, *dims], choice, version.num_warps))
+                sites[(step, v, *choice.values(), version.num_warps)] = job
+    device = torch.cuda.current_device()
+
+    def build(args):
+        fn, params, choice, num_warps = args
+        torch.cuda.set_device(device)
+        return _Launcher(fn.warmup(*params, grid=(1,), num_warps=num_warps, **choice))
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        built = dict(zip(jobs, pool.map(build, jobs.values())))
+    return {site: built[job] for site, job in sites.items()}, time.perf_counter() - start
+
+
+def _hooked(hook) -> bool:
+    """Is a launch hook (a profiler's) installed? Triton 3.6 keeps a ``HookChain`` that is never
+    None (hooked when it holds calls); earlier versions keep None or the hook itself."""
+    return bool(getattr(hook, "calls", hook is not None))
+
+
+class _Launcher:
+    """Launches one compiled kernel form straight through Triton's launcher, without the per-call
+    argument binding, specialisation and cache lookup of ``kernel[grid](...)``."""
+
+    def __init__(self, compiled) -> None:
+        compiled._init_handles()
+        self.run = compiled.run
+        self.function = compiled.function
+        self.packed_metadata = compiled.packed_metadata
+
+    def __call__(self, grid: int, stream: int, args: tuple, consts: tuple) -> None:
+        self.run(grid, 1, 1, stream, self.function, self.packed_metadata, None, None, None, *args, *consts)
 
 
 def place_slots(sizes: Sequence[int], clash: Sequence[Sequence[int]]) -> tuple[list[int], int]:
@@ -119,9 +190,28 @@ _INTERPRETER_LOCK = threading.Lock()
 class TritonRuntime:
     """What the generated host flow calls. Per-call state lives in the call's locals: one runtime serves every thread."""
 
-    def __init__(self, device: torch.device, profile: bool = False) -> None:
+    def __init__(self, device: torch.device, profile: bool = False, compiled: dict | None = None) -> None:
         self.device = device
         self.hits: Counter | None = Counter() if profile else None  # (step, version) -> calls
+        self.compiled = compiled or {}  # TritonBuild.compiled: the launchers of the precompiled forms
+        self.jit_launches: Counter = Counter()  # (kernel, constexprs, num_warps) launched through Triton's JIT path
+        if self.compiled:
+            from triton import knobs
+            from triton.runtime.driver import driver
+
+            self._knobs = knobs.runtime
+            self._stream = driver.active.get_current_stream
+
+    def prepare(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The inputs as the kernels read them: contiguous, and 16-byte aligned (an input that is a
+        view at an odd offset is copied), so the precompiled kernels' vector loads are valid."""
+        out = []
+        for t in inputs:
+            t = t.contiguous()
+            if t.data_ptr() % 16:
+                t = t.clone()
+            out.append(t)
+        return out
 
     def empty(self, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(shape, dtype=dtype, device=self.device)
@@ -142,16 +232,34 @@ class TritonRuntime:
             ws = kept[key] = torch.empty(size, dtype=torch.uint8, device=self.device)
         return ws, offsets
 
-    def launch(self, step: int, version: int, kernel, grid: int, args: tuple, meta: dict) -> None:
+    def launch(self, step: int, version: int, kernel, grid: int, args: tuple, consts: dict, num_warps: int) -> None:
         if self.hits is not None:
             self.hits[(step, version)] += 1
         if grid <= 0:
             return
         if interpreting():
             with _INTERPRETER_LOCK:
-                kernel[(grid,)](*args, **meta)
+                kernel[(grid,)](*args, num_warps=num_warps, **consts)
+            return
+        values = tuple(consts.values())
+        launcher = self.compiled.get((step, version, *values, num_warps))
+        if launcher is None or _hooked(self._knobs.launch_enter_hook):
+            # Not precompiled (a runtime built without its program's forms) or a profiler's
+            # launch hook is set: Triton's own launch path (which compiles on first use).
+            self.jit_launches[(kernel.__name__, values, num_warps)] += 1
+            kernel[(grid,)](*args, num_warps=num_warps, **consts)
+            return
+        launcher(grid, self._stream(self.device.index), args, values)
+
+    def matmul(self, step: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, plain: bool) -> None:
+        """A (batched) matrix product on strided views: cuBLAS reads transposed operands as they are.
+        ``plain``: ``out`` is a row-major view the library writes in place."""
+        if self.hits is not None:
+            self.hits[(step, 0)] += 1
+        if plain:
+            torch.matmul(a, b, out=out)
         else:
-            kernel[(grid,)](*args, **meta)
+            out.copy_(torch.matmul(a, b))
 
     def contract(self, step: int, spec: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         """A GEMM / batched GEMM on strided views: the library reads transposes and head splits through strides."""
@@ -194,6 +302,15 @@ class TritonRuntime:
         raise ShapeError(message)
 
 
+class _GraphRuntime(TritonRuntime):
+    """The runtime of a call a CUDA graph records: the thread's kept workspace may be replaced
+    later, so the graph gets a workspace of its own, allocated in its private memory pool."""
+
+    def workspace(self, sizes: list[int], clash: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+        offsets, total = place_slots(sizes, clash)
+        return torch.empty(max(total, ALIGN), dtype=torch.uint8, device=self.device), offsets
+
+
 def release_workspace() -> None:
     """Free the calling thread's kept GPU workspaces."""
     _THREAD_WORKSPACE.buffers = {}
@@ -206,22 +323,35 @@ class TritonExecutor:
         self.graph = graph
         self.build = build
         self.device = device or triton_device()
-        self.runtime = TritonRuntime(self.device)
+        self.runtime = TritonRuntime(self.device, compiled=build.compiled)
         lp = build.lowered
         self._consts = [graph.constants[name].contiguous().to(self.device) for name in build.source.constants]
         self._const_by_name = dict(zip(build.source.constants, self._consts))
         self._out_specs = lp.outputs
+        self.graphs: GraphCache | None = None
+        shapes, nbytes = graph_limits()
+        if self.device.type == "cuda" and not interpreting() and shapes > 0:
+            self.graphs = GraphCache(self._record, shapes, nbytes)
 
     def run(self, inputs: Sequence[torch.Tensor], runtime: TritonRuntime | None = None) -> list[torch.Tensor]:
+        if runtime is None and self.graphs is not None:
+            outs = self.graphs.run(inputs)
+            if outs is not None:
+                return resolve_outputs(self._out_specs, outs, inputs, self._constant)
         outs, _ = self.build.module.disc_run(runtime or self.runtime, list(inputs), self._consts)
         return resolve_outputs(self._out_specs, outs, inputs, self._constant)
+
+    def _record(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """One call while a CUDA graph records it: its workspace is its own, in the graph's memory."""
+        outs, _ = self.build.module.disc_run(_GraphRuntime(self.device, compiled=self.build.compiled), inputs, self._consts)
+        return outs
 
     def _constant(self, name: str) -> torch.Tensor:
         return self._const_by_name.get(name, self.graph.constants[name])
 
     def versions_run(self, inputs: Sequence[torch.Tensor]) -> dict[int, str]:
         """Per kernel step, the label of the speculation version these inputs run (library steps: "library")."""
-        rt = TritonRuntime(self.device, profile=True)
+        rt = TritonRuntime(self.device, profile=True, compiled=self.build.compiled)
         self.run(inputs, rt)
         out = {}
         for (step, version) in rt.hits:

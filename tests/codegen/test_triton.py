@@ -191,7 +191,8 @@ def test_attention_gemms_read_heads_through_strides():
         if isinstance(c, KernelCall):
             ops = {n.op for n in c.step.group.nodes}
             assert ops != {"reshape", "transpose"} and ops != {"transpose"}, f"copy kernel {ops}"
-    assert src.text.count("rt.contract(") == 4  # qkv, scores, context, output projection
+    # qkv, scores, context, output projection: each one torch.matmul on strided views, no einsum
+    assert src.text.count("rt.matmul(") == 4 and "rt.contract(" not in src.text
     assert ".as_strided(" in src.text
 
 
@@ -387,7 +388,7 @@ def test_explain_lists_the_triton_kernels_their_versions_and_the_memory_plan():
     text = disc.explain(cm)
     assert "-- backend: Triton program" in text
     assert "version block-row: when d" in text and "version loop-row: when True" in text
-    assert "BLOCK_N=triton.next_power_of_2(" in text
+    assert "BLOCK_N=max(16, triton.next_power_of_2(" in text
     assert "-- memory plan" in text
 
 
@@ -453,12 +454,12 @@ def test_sums_with_and_without_keepdim_in_one_kernel():
 def test_pow_by_a_constant_exponent_is_written_as_products():
     """The frontend writes x ** 2, 3, 0.5, -1, -2 as PyTorch's pow kernels compute them; only y ** 2.5 calls pow."""
     m = Powers()
-    cm = disc.compile(m, (torch.randn(2, 5),), dynamic={"x": {0: "b", 1: "s"}}, backend="triton")
+    cm = _compile(m, (torch.randn(2, 5),), {"x": {0: "b", 1: "s"}})
     assert cm.graph.op_counts()["pow"] == 1
     source = cm.executor.build.source.text
     assert source.count("disc_pow(") == 1 + source.count("def disc_pow(")
     g = torch.Generator().manual_seed(0)
     for shape in [(1, 1), (3, 7), (2, 129)]:
-        x = torch.randn(*shape, generator=g) * 3
+        (x,) = _on(torch.randn(*shape, generator=g) * 3)
         for got, want in zip(cm(x), m(x)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -44,17 +44,17 @@ DETECT_DYNAMIC = {"x": {0: "b", 2: "h", 3: "w"}}
 DETECT_SHAPES = [(1, 3, 1, 1), (1, 3, 8, 8), (2, 3, 33, 47), (3, 3, 64, 40)]
 
 
-def _compile_detector(backend: str | None = None) -> tuple[nn.Module, disc.CompiledModule]:
+def _compile_detector(backend: str | None = None, device: str = "cpu") -> tuple[nn.Module, disc.CompiledModule]:
     torch.manual_seed(0)
-    model = DetectLike().eval()
-    return model, disc.compile(model, (torch.randn(2, 3, 24, 20),), dynamic=DETECT_DYNAMIC, backend=backend)
+    model = DetectLike().eval().to(device)
+    return model, disc.compile(model, (torch.randn(2, 3, 24, 20, device=device),), dynamic=DETECT_DYNAMIC, backend=backend)
 
 
-def _check(model: nn.Module, cm: disc.CompiledModule, shapes, seed: int = 1) -> None:
+def _check(model: nn.Module, cm: disc.CompiledModule, shapes, seed: int = 1, device: str = "cpu") -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for shape in shapes:
-            x = torch.randn(*shape, generator=g)
+            x = torch.randn(*shape, generator=g).to(device)
             expected, got = model(x), cm(x)
             assert got.shape == expected.shape, (shape, got.shape, expected.shape)
             if expected.numel():
@@ -196,9 +196,10 @@ def test_plan_places_ops_by_stage() -> None:
 def test_segments_on_triton() -> None:
     """The same cut on the GPU path (Triton's interpreter on CPU tensors in CI)."""
     pytest.importorskip("triton")
-    model, cm = _compile_detector(backend="triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, cm = _compile_detector(backend="triton", device=device)
     assert cm.report.backend.name in ("triton-interpreter segments", "triton-gpu segments"), cm.report.backend.reason
-    _check(model, cm, [(1, 3, 1, 1), (2, 3, 13, 11)])
+    _check(model, cm, [(1, 3, 1, 1), (2, 3, 13, 11)], device=device)
 
 
 class _CumsumBetween(nn.Module):

@@ -19,6 +19,12 @@ def describe_triton(build: Any) -> list[str]:
         f"  generated in {build.seconds:.2f}s; source: {build.path}",
         f"  per call: {counts['memory_bound']} memory-bound kernels ({len(src.kernels)} distinct), {counts['library']} library calls (torch: cuBLAS / cuDNN)",
         f"  GEMM operands read through strides instead of copies: {len(lp.folded_views)} reshape/transpose ops folded",
+    ]
+    if build.compiled:
+        forms = len({id(f) for f in build.compiled.values()})
+        lines.append(f"  compiled ahead of the first call: {forms} kernel forms in {build.compile_seconds:.2f}s (no shape compiles at run time)")
+        lines.append("  CUDA graphs: a shape is recorded at its second call and replayed after (DISC_CUDA_GRAPHS shapes, DISC_CUDA_GRAPH_MB MiB)")
+    lines += [
         "",
         "-- kernels (speculation versions; the first whose condition holds runs) --",
     ]

@@ -45,6 +45,7 @@ LOOP_BLOCK = 1024  # elements per program of a loop kernel
 SMALL_WORK = 16384  # below this, the ``small`` launch (BLOCK 128, one warp)
 ROW_BLOCK_MAX = 4096  # longest row a ``block-row`` reduction holds in registers
 ROW_TILE = 4096  # elements of a block-row tile: BLOCK_M = ROW_TILE // BLOCK_N rows per program
+MIN_ROW_BLOCK = 16  # narrowest block-row tile: shorter rows are masked (fewer compiled forms)
 LOOP_ROW_BLOCK = 1024  # chunk of a ``loop-row`` reduction
 COLUMN_BLOCK = (32, 64)  # (rows, kept elements) of a column-reduction tile
 WINDOW_UNROLL_MAX = 256  # pooling windows are unrolled; larger ones are not generated
@@ -67,6 +68,8 @@ class Version:
     grid: str  # Python: the number of programs
     constexprs: dict[str, str]  # constexpr name -> Python value expression
     num_warps: int = 4
+    # Every value the constexprs can take, so each compiled form is built with the model, not at a call.
+    choices: list[dict[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -689,9 +692,12 @@ def _signature(name: str, step: KernelStep, dims: DimArgs, constexprs: list[str]
     params = [f"out{i}" for i in range(len(step.outputs))]
     seen = set(step.outputs)
     params += [f"in{k}" for k in range(len([n for n in dict.fromkeys(step.inputs) if n not in seen]))]
-    params += [f"d{k}" for k in range(len(dims.exprs))]
-    params += [f"{c}: tl.constexpr" for c in constexprs]
-    return f"@triton.jit\ndef {name}({', '.join(params)}):"
+    dim_params = [f"d{k}" for k in range(len(dims.exprs))]
+    params += dim_params + [f"{c}: tl.constexpr" for c in constexprs]
+    # Triton would otherwise compile a kernel again for each dim that is 1 or a multiple of 16:
+    # a per-shape JIT. Dims are plain runtime arguments; one compiled form serves every shape.
+    deco = f"@triton.jit(do_not_specialize={dim_params!r})" if dim_params else "@triton.jit"
+    return f"{deco}\ndef {name}({', '.join(params)}):"
 
 
 @dataclass
@@ -704,10 +710,14 @@ class _Body:
     constexprs: dict[str, str]  # name -> Python value expression
     grid: str
     num_warps: int = 4
+    choices: list[dict[str, int]] | None = None  # every value of the constexprs; None: they are literals
 
     @property
     def text(self) -> str:
         return "\n".join(self.em.w.lines)
+
+    def all_choices(self) -> list[dict[str, int]]:
+        return self.choices if self.choices is not None else [{k: int(v) for k, v in self.constexprs.items()}]
 
 
 def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: str, prefix: str) -> list[_Body]:
@@ -723,12 +733,19 @@ def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: s
         em, rows, cols = _reduction_body(step, dims, assume, "block-row")
         fits = f"{cols} <= {ROW_BLOCK_MAX}" if not cols.isdigit() else ("True" if int(cols) <= ROW_BLOCK_MAX else "")
         if fits:  # whole rows in registers: BLOCK_M rows of BLOCK_N >= cols per program
-            bn = f"triton.next_power_of_2({cols})"
-            bm = f"max(1, min({ROW_TILE} // triton.next_power_of_2({cols}), triton.next_power_of_2({rows})))"
-            out.append(_Body(f"{tag}block-row", _conj(cond, fits), em, {"BLOCK_M": bm, "BLOCK_N": bn}, f"triton.cdiv({rows}, {bm})"))
+            if cols.isdigit():
+                width = max(MIN_ROW_BLOCK, 1 << (int(cols) - 1).bit_length())
+                bn, bm, widths = str(width), str(ROW_TILE // width), [width]
+            else:  # one compiled form per power of two: built with the model, picked by the row length
+                bn = f"max({MIN_ROW_BLOCK}, triton.next_power_of_2({cols}))"
+                bm = f"{ROW_TILE} // {bn}"
+                widths = [1 << k for k in range(MIN_ROW_BLOCK.bit_length() - 1, ROW_BLOCK_MAX.bit_length())]
+            choices = [{"BLOCK_M": ROW_TILE // w, "BLOCK_N": w} for w in widths]
+            out.append(_Body(f"{tag}block-row", _conj(cond, fits), em, {"BLOCK_M": bm, "BLOCK_N": bn}, f"triton.cdiv({rows}, {bm})", choices=choices))
         em, rows, cols = _reduction_body(step, dims, assume, "loop-row")
-        bn = f"min({LOOP_ROW_BLOCK}, triton.next_power_of_2({cols}))"
-        out.append(_Body(f"{tag}loop-row", cond, em, {"BLOCK_M": "1", "BLOCK_N": bn}, str(rows)))
+        # Reached only by rows too long for block-row (or static ones): chunks of LOOP_ROW_BLOCK.
+        width = min(LOOP_ROW_BLOCK, 1 << (int(cols) - 1).bit_length()) if cols.isdigit() else LOOP_ROW_BLOCK
+        out.append(_Body(f"{tag}loop-row", cond, em, {"BLOCK_M": "1", "BLOCK_N": str(width)}, str(rows)))
         return out
     em, n = _loop_body(step, dims, assume)
     return [
@@ -745,7 +762,7 @@ def emit_kernel(step: KernelStep, c: ShapeConstraints, name: str) -> TritonKerne
         body = _Body("general", "True", em, {"BLOCK": str(SCATTER_BLOCK)}, grid)
         text = "\n".join(["# scatter kernel: scatter_add", _signature(name, step, dims, ["BLOCK"]), body.text, ""])
         params = list(step.outputs) + [n for n in dict.fromkeys(step.inputs) if n not in set(step.outputs)]
-        return TritonKernel(name, text, [Version("general", "True", name, grid, body.constexprs, 4)], params, list(dims.exprs))
+        return TritonKernel(name, text, [Version("general", "True", name, grid, body.constexprs, 4, body.all_choices())], params, list(dims.exprs))
     lead = leading_reduction(step, c) if any(n.op == "reduce" for n in step.group.nodes) else 0
     # The general versions first: emitting them registers every dim the broadcast conditions name.
     general = _schedules(step, dims, lead, False, "True", "")
@@ -768,6 +785,6 @@ def emit_kernel(step: KernelStep, c: ShapeConstraints, name: str) -> TritonKerne
         first = next(b for b in kept if b.text == text)
         labels = ", ".join(b.label for b in kept if b.text == text)
         parts += [f"# versions: {labels}", _signature(fn, step, dims, list(first.constexprs)), text, ""]
-    versions = [Version(b.label, b.condition, functions[b.text], b.grid, b.constexprs, b.num_warps) for b in kept]
+    versions = [Version(b.label, b.condition, functions[b.text], b.grid, b.constexprs, b.num_warps, b.all_choices()) for b in kept]
     params = list(step.outputs) + [n for n in dict.fromkeys(step.inputs) if n not in set(step.outputs)]
     return TritonKernel(name, "\n".join(parts), versions, params, list(dims.exprs))

@@ -55,7 +55,7 @@ BINARY = {
     "div": "({0} / {1})",
     "floor_div": "disc_floor_div_f({0}, {1})",
     "remainder": "disc_remainder({0}, {1})",
-    "fmod": "({0} % {1})",
+    "fmod": "disc_fmod({0}, {1})",
     "pow": "disc_pow({0}, {1})",
     "maximum": "disc_max({0}, {1})",
     "minimum": "disc_min({0}, {1})",

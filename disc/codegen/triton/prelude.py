@@ -101,11 +101,19 @@ def disc_floor_div(a, b):
 
 
 @triton.jit
+def disc_fmod(a, b):
+    # C's fmod, for floats and ints. fmod(+-inf, b) is NaN; the GPU's float % gave a number there
+    # (seen on an H100 with Triton 3.6), so a non-finite a is mapped to NaN explicitly: a - a is
+    # NaN exactly for infinite or NaN floats, and 0 for finite values and every integer.
+    return tl.where((a - a) != 0, a - a, a % b)
+
+
+@triton.jit
 def disc_floor_div_f(a, b):
     # Floor of the exact quotient, as in the C++ prelude: tl.floor(a / b) is wrong where a / b rounds
     # up to an integer the exact quotient lies just below. a - fmod(a, b) is an exact multiple of b.
     q = a / b
-    mod = a % b  # C's fmod
+    mod = disc_fmod(a, b)
     div = (a - mod) / b
     div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
     down = tl.floor(div)
@@ -116,7 +124,7 @@ def disc_floor_div_f(a, b):
 @triton.jit
 def disc_remainder(a, b):
     # Python's modulo: the result takes the sign of b (Triton's % is C's fmod).
-    r = a % b
+    r = disc_fmod(a, b)
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 
 

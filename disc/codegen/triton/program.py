@@ -20,7 +20,7 @@ routines and errors.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, batch_parts, contiguous_strides
 from disc.codegen.triton.kernel import TritonKernel, emit_kernel
@@ -124,7 +124,7 @@ class _ProgramEmitter:
                 name = f"{step.kind}_{len(unique)}"
                 unique[draft.text] = TritonKernel(name, draft.text.replace("KERNEL", name), [], [], [])
             shared = unique[draft.text]
-            versions = [type(v)(v.label, v.condition, v.function.replace("KERNEL", shared.name), v.grid, v.constexprs, v.num_warps) for v in draft.versions]
+            versions = [replace(v, function=v.function.replace("KERNEL", shared.name)) for v in draft.versions]
             calls.append(KernelCall(step, TritonKernel(shared.name, shared.text, versions, draft.params, draft.dims)))
         return list(unique.values()), calls
 
@@ -176,8 +176,8 @@ class _ProgramEmitter:
                 lines.append("    else:" if v else "    if True:")
             else:
                 lines.append(f"    {head} {version.condition}:")
-            consts = "".join(f", {name}={value}" for name, value in version.constexprs.items())
-            lines.append(f"        rt.launch({k}, {v}, {version.function}, {version.grid}, ({args},), dict(num_warps={version.num_warps}{consts}))")
+            consts = ", ".join(f"{name}={value}" for name, value in version.constexprs.items())
+            lines.append(f"        rt.launch({k}, {v}, {version.function}, {version.grid}, ({args},), dict({consts}), {version.num_warps})")
         return lines
 
     # -- library calls -----------------------------------------------------------------
@@ -231,10 +231,17 @@ class _ProgramEmitter:
             op_.append((rhs.shape[i], self._plain(out, len(lb) + len(lfree) + rfree.index(i), n)))
         # Each view lists its dims in the order its einsum letters do: lhs batch, free, contracted;
         # rhs batch, contracted, free; the result batch, lhs free, rhs free (dot_general's order).
-        return [
-            f"    # step {k}: %{n.name} = dot_general [{', '.join(str(d) for d in n.shape)}]",
-            f"    rt.contract({k}, {('%s,%s->%s' % (ls, rs, os))!r}, {self._view(lhs, lp)}, {self._view(rhs, rp)}, {self._view(out, op_)})",
-        ]
+        head = f"    # step {k}: %{n.name} = dot_general [{', '.join(str(d) for d in n.shape)}]"
+        views = f"{self._view(lhs, lp)}, {self._view(rhs, rp)}, {self._view(out, op_)}"
+        nl = len(lfree)
+        nb = len(ls) - nl - len(lc)  # batch letters (batch dims split across strides count each part)
+        if len(lc) == 1 and len(rfree) == 1 and nl >= 1 and (nl == 1 or nb == 0):
+            # A (batched) matrix product torch.matmul reads as it is: one library call, no einsum
+            # parsing; the output is written in place when the view is the plain row-major result.
+            want = contiguous_strides(tuple(sz for sz, _ in op_))
+            plain = all(self.c.normalize(as_expr(st)) == self.c.normalize(w) for (_, st), w in zip(op_, want))
+            return [head, f"    rt.matmul({k}, {views}, {plain})"]
+        return [head, f"    rt.contract({k}, {('%s,%s->%s' % (ls, rs, os))!r}, {views})"]
 
     def _plain(self, v: View, axis: int, n: Node) -> SymExpr:
         st = v.strides[axis]
@@ -265,7 +272,7 @@ class _ProgramEmitter:
     # -- shapes ---------------------------------------------------------------------------
     def _shape_code(self) -> list[str]:
         c = self.c
-        lines = ["    inputs = [t.contiguous() for t in inputs]"]
+        lines = ["    inputs = rt.prepare(inputs)  # contiguous and 16-byte aligned, as the compiled kernels assume"]
         bound: set[str] = set()
         checks: list[tuple[str, str | SymExpr, SymExpr, str]] = []  # (op, lhs, rhs, message)
         dims_of_input: dict[tuple[int, int], str] = {}

@@ -1,0 +1,107 @@
+"""CUDA graphs of a Triton program, one per input shape, for latency-bound small shapes.
+
+A BERT layer is a dozen launches; at a small batch the GPU finishes each kernel
+before the host has issued the next, so the call costs its launches, not its
+work. A graph of the whole program (kernels and library calls) is replayed with
+one launch. It is captured at the *second* call with a shape, so a shape seen
+once costs nothing extra, and the first call has warmed cuBLAS and the
+allocator for it.
+
+The cache is bounded twice: at most ``DISC_CUDA_GRAPHS`` shapes (default 16;
+0 turns capture off) and at most ``DISC_CUDA_GRAPH_MB`` MiB of device memory
+held by graphs (default 2048: each graph keeps its own inputs, outputs and
+workspace), the least recently used shapes going first. The program stays
+stateless for its callers: a replay copies the call's inputs into the graph's
+own buffers and returns fresh copies of its outputs, under a per-graph lock,
+so threads may call one program at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+def graph_limits() -> tuple[int, int]:
+    """(shapes, bytes) from the environment."""
+    shapes = int(os.environ.get("DISC_CUDA_GRAPHS", "16"))
+    megabytes = float(os.environ.get("DISC_CUDA_GRAPH_MB", "2048"))
+    return max(0, shapes), int(megabytes * 2**20)
+
+
+@dataclass
+class _Entry:
+    graph: torch.cuda.CUDAGraph
+    inputs: list[torch.Tensor]  # the graph's own input buffers
+    outs: list[torch.Tensor]  # the graph's own outputs
+    nbytes: int  # device memory the graph holds
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class GraphCache:
+    """Replays a captured graph per input shape; ``run`` returns None where the plain call should run."""
+
+    def __init__(self, capture: Callable[[list[torch.Tensor]], list[torch.Tensor]], max_shapes: int, max_bytes: int) -> None:
+        self._capture = capture  # runs the program once on the given buffers, while a graph records it
+        self.max_shapes = max_shapes
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._seen: Counter = Counter()
+        self._too_big: set[tuple] = set()  # shapes whose graph alone would exceed the memory budget
+        self._lock = threading.Lock()
+        self.captures = 0
+
+    @staticmethod
+    def key(inputs: Sequence[torch.Tensor]) -> tuple:
+        return tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        if self.max_shapes == 0 or torch.cuda.is_current_stream_capturing():
+            return None  # off, or the caller is capturing its own graph around this call
+        key = self.key(inputs)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            else:
+                self._seen[key] += 1
+                if self._seen[key] < 2 or key in self._too_big:
+                    return None
+                entry = self._record(key, inputs)
+                if entry is None:
+                    return None
+        with entry.lock:
+            for mine, given in zip(entry.inputs, inputs):
+                mine.copy_(given)
+            entry.graph.replay()
+            return [o.clone() for o in entry.outs]
+
+    def _record(self, key: tuple, inputs: Sequence[torch.Tensor]) -> _Entry | None:
+        before = torch.cuda.memory_allocated()
+        mine = [t.contiguous().clone() for t in inputs]
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: other threads may keep calling (and allocating) while this one records.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            outs = self._capture(mine)
+        nbytes = torch.cuda.memory_allocated() - before
+        self.captures += 1
+        entry = _Entry(graph, mine, outs, nbytes)
+        if nbytes > self.max_bytes:
+            self._too_big.add(key)  # this shape keeps running uncaptured
+            return None
+        self._entries[key] = entry
+        self._seen.pop(key, None)
+        while len(self._entries) > self.max_shapes or sum(e.nbytes for e in self._entries.values()) > self.max_bytes:
+            self._entries.popitem(last=False)
+        return entry
+
+    def shapes(self) -> int:
+        return len(self._entries)
+
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())

@@ -1,0 +1,138 @@
+"""The Triton program on a real GPU: kernels compiled with the model, per-shape CUDA graphs.
+
+Skipped without a CUDA GPU (the interpreter runs no compiled kernels and records no graphs).
+"""
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import disc
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+class Block(nn.Module):
+    """LayerNorm, masked softmax and a GELU MLP: row reductions with dynamic row lengths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(48)
+        self.up = nn.Linear(48, 96)
+        self.down = nn.Linear(96, 48)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        scores = torch.softmax(h @ h.transpose(1, 2) * 0.2 + mask[:, None, :], dim=-1)
+        return x + self.down(nn.functional.gelu(self.up(scores @ h)))
+
+
+def _inputs(b: int, s: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, s, 48, generator=g)
+    mask = torch.where(torch.rand(b, s, generator=g) > 0.2, 0.0, -1e9)
+    return x.cuda(), mask.cuda()
+
+
+SHAPES = [(1, 1), (2, 7), (3, 64), (1, 300), (5, 17), (2, 4096 + 3)]
+
+
+def _compiled(monkeypatch, graphs: str = "16"):
+    monkeypatch.setenv("DISC_CUDA_GRAPHS", graphs)
+    m = Block().cuda().eval()
+    cm = disc.compile(m, _inputs(2, 8, 0), dynamic={"x": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}})
+    assert cm.report.backend.name == "triton-gpu"
+    return m, cm
+
+
+def _jit_cache_sizes(cm) -> dict[str, int]:
+    module = cm.executor.build.module
+    sizes = {}
+    for name in dir(module):
+        fn = getattr(module, name)
+        caches = getattr(fn, "device_caches", None)
+        if caches is not None and hasattr(fn, "warmup"):
+            sizes[name] = sum(len(c[0]) for c in caches.values())
+    return sizes
+
+
+def test_every_kernel_form_is_compiled_with_the_model_none_at_a_call(monkeypatch):
+    m, cm = _compiled(monkeypatch, graphs="0")
+    build = cm.executor.build
+    assert build.compiled and build.compile_seconds > 0
+    before = _jit_cache_sizes(cm)
+    with torch.no_grad():
+        for b, s in SHAPES:
+            args = _inputs(b, s, b * 100 + s)
+            torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
+    assert not cm.executor.runtime.jit_launches, cm.executor.runtime.jit_launches
+    assert _jit_cache_sizes(cm) == before, "a call compiled a kernel form the build had not"
+
+
+def test_a_shape_is_recorded_at_its_second_call_and_replays_match_eager(monkeypatch):
+    m, cm = _compiled(monkeypatch)
+    graphs = cm.executor.graphs
+    with torch.no_grad():
+        for b, s in SHAPES[:4]:
+            for call in range(3):
+                args = _inputs(b, s, 7 * call + s)  # new values every call: a replay reads this call's inputs
+                out = cm(*args)
+                torch.testing.assert_close(out, m(*args), rtol=1e-4, atol=1e-4)
+        assert graphs.captures == 4 and graphs.shapes() == 4
+        first = cm(*_inputs(2, 7, 1))
+        second = cm(*_inputs(2, 7, 2))
+        assert not torch.equal(first, second), "a replay's output is the caller's own copy"
+
+
+def test_the_graph_cache_keeps_the_most_recent_shapes(monkeypatch):
+    m, cm = _compiled(monkeypatch, graphs="2")
+    graphs = cm.executor.graphs
+    with torch.no_grad():
+        for s in (5, 6, 7):
+            for _ in range(2):
+                cm(*_inputs(1, s, s))
+    assert graphs.captures == 3 and graphs.shapes() == 2
+    assert graphs.key(_inputs(1, 5, 0)) not in graphs._entries
+
+
+def test_threads_share_one_program_and_its_graphs(monkeypatch):
+    m, cm = _compiled(monkeypatch)
+    cases = [_inputs(b, s, b + s) for b, s in SHAPES[:4]]
+    with torch.no_grad():
+        want = [m(*a) for a in cases]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            with torch.no_grad():
+                for i in range(12):
+                    j = (k + i) % len(cases)
+                    torch.testing.assert_close(cm(*cases[j]), want[j], rtol=1e-4, atol=1e-4)
+        except BaseException as e:  # noqa: BLE001  (re-raised in the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_a_profilers_launch_hook_sees_every_kernel(monkeypatch):
+    from triton import knobs
+
+    chain = knobs.runtime.launch_enter_hook
+    if not hasattr(chain, "add"):
+        pytest.skip("this Triton keeps a single launch hook, not a chain")
+    m, cm = _compiled(monkeypatch, graphs="0")
+    seen: list = []
+    chain.add(seen.append)
+    try:
+        with torch.no_grad():
+            cm(*_inputs(2, 9, 0))
+    finally:
+        chain.remove(seen.append)
+    assert len(seen) == cm.executor.build.lowered.counts()["memory_bound"]
