@@ -52,7 +52,7 @@ class GraphCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._seen: Counter = Counter()
-        self._too_big: set[tuple] = set()  # shapes whose graph alone would exceed the memory budget
+        self._uncaptured: set[tuple] = set()  # shapes whose graph failed or alone exceeds the budget
         self._lock = threading.Lock()
         self.captures = 0
 
@@ -70,7 +70,7 @@ class GraphCache:
                 self._entries.move_to_end(key)
             else:
                 self._seen[key] += 1
-                if self._seen[key] < 2 or key in self._too_big:
+                if self._seen[key] < 2 or key in self._uncaptured:
                     return None
                 entry = self._record(key, inputs)
                 if entry is None:
@@ -85,14 +85,20 @@ class GraphCache:
         before = torch.cuda.memory_allocated()
         mine = [t.contiguous().clone() for t in inputs]
         graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads may keep calling (and allocating) while this one records.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            outs = self._capture(mine)
+        try:
+            # thread_local: other threads may keep calling (and allocating) while this one records.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                outs = self._capture(mine)
+        except RuntimeError:
+            # Something in the program cannot be recorded (a library routine that syncs, say):
+            # this shape keeps running as plain calls, which raise any real error themselves.
+            self._uncaptured.add(key)
+            return None
         nbytes = torch.cuda.memory_allocated() - before
         self.captures += 1
         entry = _Entry(graph, mine, outs, nbytes)
         if nbytes > self.max_bytes:
-            self._too_big.add(key)  # this shape keeps running uncaptured
+            self._uncaptured.add(key)  # this shape keeps running uncaptured
             return None
         self._entries[key] = entry
         self._seen.pop(key, None)

@@ -107,8 +107,6 @@ def precompile(module: ModuleType, source) -> tuple[dict, float]:
     program ever launches: no shape compiles anything at run time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import triton.knobs  # noqa: F401  (launch hooks are read per launch)
-
     start = time.perf_counter()
     # Structurally identical groups share a function, possibly over other dtypes (a copy kernel
     # prints the same for i64 and f32), so a compiled form is keyed by its dtypes too, and each

@@ -136,3 +136,18 @@ def test_a_profilers_launch_hook_sees_every_kernel(monkeypatch):
     finally:
         chain.remove(seen.append)
     assert len(seen) == cm.executor.build.lowered.counts()["memory_bound"]
+
+
+def test_a_shape_that_cannot_be_recorded_keeps_running_as_plain_calls(monkeypatch):
+    m, cm = _compiled(monkeypatch)
+    graphs = cm.executor.graphs
+
+    def refuse(inputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "_capture", refuse)
+    with torch.no_grad():
+        for seed in range(3):
+            args = _inputs(3, 11, seed)
+            torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
+    assert graphs.captures == 0 and graphs.shapes() == 0
