@@ -3,7 +3,7 @@
 Skipped without a CUDA GPU (the interpreter runs no compiled kernels and records no graphs).
 """
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -102,23 +102,16 @@ def test_threads_share_one_program_and_its_graphs(monkeypatch):
     cases = [_inputs(b, s, b + s) for b, s in SHAPES[:4]]
     with torch.no_grad():
         want = [m(*a) for a in cases]
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            with torch.no_grad():
-                for i in range(12):
-                    j = (k + i) % len(cases)
-                    torch.testing.assert_close(cm(*cases[j]), want[j], rtol=1e-4, atol=1e-4)
-        except BaseException as e:  # noqa: BLE001  (re-raised in the main thread)
-            errors.append(e)
+        with torch.no_grad():
+            for i in range(12):
+                j = (k + i) % len(cases)
+                torch.testing.assert_close(cm(*cases[j]), want[j], rtol=1e-4, atol=1e-4)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for done in [pool.submit(work, k) for k in range(4)]:
+            done.result()  # re-raises a thread's failure here
 
 
 def test_a_profilers_launch_hook_sees_every_kernel(monkeypatch):
