@@ -96,13 +96,12 @@ class GraphCache:
             return None
         nbytes = torch.cuda.memory_allocated() - before
         self.captures += 1
-        entry = _Entry(graph, mine, outs, nbytes)
         if nbytes > self.max_bytes:
             self._uncaptured.add(key)  # this shape keeps running uncaptured
             return None
-        self._entries[key] = entry
+        entry = self._entries[key] = _Entry(graph, mine, outs, nbytes)
         self._seen.pop(key, None)
-        while len(self._entries) > self.max_shapes or sum(e.nbytes for e in self._entries.values()) > self.max_bytes:
+        while len(self._entries) > self.max_shapes or self.nbytes() > self.max_bytes:
             self._entries.popitem(last=False)
         return entry
 

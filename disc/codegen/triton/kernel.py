@@ -720,6 +720,11 @@ class _Body:
         return self.choices if self.choices is not None else [{k: int(v) for k, v in self.constexprs.items()}]
 
 
+def _pow2_at_least(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): ``triton.next_power_of_2`` at codegen time."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: str, prefix: str) -> list[_Body]:
     """The versions of one broadcast assumption: per schedule, its condition on the dims and its launch."""
     tag = f"{prefix} " if prefix else ""
@@ -734,7 +739,7 @@ def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: s
         fits = f"{cols} <= {ROW_BLOCK_MAX}" if not cols.isdigit() else ("True" if int(cols) <= ROW_BLOCK_MAX else "")
         if fits:  # whole rows in registers: BLOCK_M rows of BLOCK_N >= cols per program
             if cols.isdigit():
-                width = max(MIN_ROW_BLOCK, 1 << (int(cols) - 1).bit_length())
+                width = max(MIN_ROW_BLOCK, _pow2_at_least(int(cols)))
                 bn, bm, widths = str(width), str(ROW_TILE // width), [width]
             else:  # one compiled form per power of two: built with the model, picked by the row length
                 bn = f"max({MIN_ROW_BLOCK}, triton.next_power_of_2({cols}))"
@@ -744,7 +749,7 @@ def _schedules(step: KernelStep, dims: DimArgs, lead: int, assume: bool, cond: s
             out.append(_Body(f"{tag}block-row", _conj(cond, fits), em, {"BLOCK_M": bm, "BLOCK_N": bn}, f"triton.cdiv({rows}, {bm})", choices=choices))
         em, rows, cols = _reduction_body(step, dims, assume, "loop-row")
         # Reached only by rows too long for block-row (or static ones): chunks of LOOP_ROW_BLOCK.
-        width = min(LOOP_ROW_BLOCK, 1 << (int(cols) - 1).bit_length()) if cols.isdigit() else LOOP_ROW_BLOCK
+        width = min(LOOP_ROW_BLOCK, _pow2_at_least(int(cols))) if cols.isdigit() else LOOP_ROW_BLOCK
         out.append(_Body(f"{tag}loop-row", cond, em, {"BLOCK_M": "1", "BLOCK_N": str(width)}, str(rows)))
         return out
     em, n = _loop_body(step, dims, assume)
