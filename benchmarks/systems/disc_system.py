@@ -30,14 +30,16 @@ class DiscRunner(Runner):
 class Disc(System):
     def setup(self, workdir):  # type: ignore[override]
         # Generated programs are cached in the scratch folder, so a cold start compiles its C++.
-        # The runtime library is built once per machine, like an install: it is copied in, untimed.
-        from disc.runtime.ral import build_ral, load_ral
+        # The runtime library and the precompiled standard headers are built once per machine,
+        # like an install: they are copied in, untimed.
+        from disc.runtime.native import warm_toolchain
+        from disc.runtime.ral import load_ral
 
-        ral = build_ral().path.parent
         cache = workdir / "disc-cache"
+        for folder in warm_toolchain():
+            if not (cache / folder.name).exists():
+                shutil.copytree(folder, cache / folder.name)
         os.environ["DISC_CACHE_DIR"] = str(cache)
-        if not (cache / ral.name).exists():
-            shutil.copytree(ral, cache / ral.name)
         load_ral()
 
     def prepare(self, model, workload, example, ctx, workdir):  # type: ignore[override]

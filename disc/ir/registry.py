@@ -65,6 +65,8 @@ class ShapeContext:
             raise ShapeRuleError(f"{self.op}: {message}")
 
     def normalize(self, d: DimLike) -> DimLike:
+        if type(d) is int:  # a static dim is its own normal form
+            return d
         e = self.constraints.normalize(d)
         return e.const_value if e.is_const else e
 

@@ -17,13 +17,15 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from disc.codegen.cpu.kernel import MAX_VERSIONS
+from disc.codegen.cpu.ops import PRELUDE
 from disc.codegen.cpu.program import NativeSource, emit_program
-from disc.codegen.cpu.toolchain import BuildResult, build
+from disc.codegen.cpu.toolchain import BuildResult, build, warm_prelude
 from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs, workspace_bytes
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
@@ -70,6 +72,22 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
 def build_options(profile: bool = False) -> dict:
     """The toolchain options of a native program (``flags``, ``libs``)."""
     return {"flags": CODEGEN_FLAGS + (("-DDISC_PROFILE",) if profile else ()), "libs": ("-lmvec",)}
+
+
+def warm_toolchain() -> list[Path]:
+    """Build what every native program's compile reuses, once per machine and compiler.
+
+    That is the RAL library and the precompiled standard headers of generated programs
+    (`toolchain.precompiled_prelude`); both are made on first use anyway, so calling this is
+    only a way to pay for them at install time. Returns their cache folders.
+    """
+    from disc.runtime.ral import build_ral
+
+    folders = [build_ral().path.parent]
+    prelude = warm_prelude(PRELUDE, build_options()["flags"])
+    if prelude is not None:
+        folders.append(prelude.parent)
+    return folders
 
 
 def step_profile(native: NativeBuild) -> list[dict]:

@@ -94,7 +94,8 @@ class SymExpr:
 
     @staticmethod
     def const(value: int) -> SymExpr:
-        return SymExpr.from_terms({(): int(value)})
+        value = int(value)
+        return SymExpr((((), value),) if value else ())  # already canonical: no sort
 
     @staticmethod
     def symbol(name: str) -> SymExpr:
@@ -320,6 +321,8 @@ def as_expr(d: DimLike) -> SymExpr:
 
 def simplify_dim(d: DimLike) -> DimLike:
     """Static dims stay plain ints so mixed static/dynamic shapes print as ``[s0, 128]``."""
+    if type(d) is int:  # the common case, and already simple
+        return d
     e = as_expr(d)
     return e.const_value if e.is_const else e
 

@@ -179,3 +179,85 @@ def test_an_error_in_one_unit_names_that_unit(monkeypatch):
         toolchain.build(source, "broken_unit")
     unit = str(info.value).split("source: ", 1)[1].split("\n", 1)[0]
     assert ".unit" in unit and "twice(2) +;" in open(unit).read() and "error" in str(info.value)
+
+
+# -- the precompiled standard headers ---------------------------------------------------
+PRELUDE_SOURCE = """// a generated program
+#include <vector>
+#include <cmath>
+#include "ral.h"
+#include <cstdio>
+extern "C" int disc_answer() { std::vector<int> v(%d, 1); return (int)std::sqrt((double)v.size() * v.size()); }
+"""
+needs_gcc = pytest.mark.skipif(not toolchain._is_gcc(toolchain.find_compiler()), reason="precompiled headers are used with GCC only")
+
+
+def test_leading_system_includes_stop_at_the_first_other_line():
+    assert toolchain.leading_system_includes(PRELUDE_SOURCE) == "#include <vector>\n#include <cmath>"
+    assert toolchain.leading_system_includes('#include "ral.h"\n#include <vector>\n') == ""
+
+
+def record_commands(monkeypatch) -> list:
+    seen = []
+    real = toolchain._compile
+
+    def recording(cmds, *args):
+        seen.append(cmds)
+        return real(cmds, *args)
+
+    monkeypatch.setattr(toolchain, "_compile", recording)
+    return seen
+
+
+@needs_gcc
+def test_programs_load_the_precompiled_prelude(monkeypatch):
+    import subprocess
+
+    seen = record_commands(monkeypatch)
+    built = toolchain.build(PRELUDE_SOURCE % 6, "answer")
+    assert answer(built.path) == 6
+    (cmd,) = seen[-1]
+    assert cmd[1] == "-include"
+    header = cmd[2]
+    assert open(header).read() == "#include <vector>\n#include <cmath>\n"
+    # GCC marks a precompiled header it loaded with "!" in its -H listing (and parses the text otherwise).
+    flags = cmd[: next(i for i, arg in enumerate(cmd) if arg.endswith(".cc"))]  # the command up to its source
+    probe = subprocess.run([*flags, "-H", "-fsyntax-only", "-x", "c++", "-"], input="int x;\n", capture_output=True, text=True)
+    assert f"! {header}.gch" in probe.stderr, probe.stderr[:300]
+    # The next program with the same includes and flags reuses it without building it again.
+    before = open(header + ".gch", "rb").read(64), toolchain.Path(header + ".gch").stat().st_mtime_ns
+    assert answer(toolchain.build(PRELUDE_SOURCE % 7, "answer").path) == 7
+    assert seen[-1][0][2] == header
+    assert (open(header + ".gch", "rb").read(64), toolchain.Path(header + ".gch").stat().st_mtime_ns) == before
+
+
+@needs_gcc
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_precompiled_prelude_costs_time_not_the_build(monkeypatch, damage):
+    seen = record_commands(monkeypatch)
+    toolchain.build(PRELUDE_SOURCE % 8, "answer")
+    gch = toolchain.Path(seen[-1][0][2] + ".gch")
+    data = gch.read_bytes()
+    # Truncated keeps GCC's header and passes the size check only because the size file is cut too:
+    # GCC then fails to read it, and the build is retried without it.
+    if damage == "truncated":
+        gch.write_bytes(data[:200_000])
+        gch.with_name(gch.name + ".size").write_text("200000")
+    else:
+        gch.write_bytes(b"not a precompiled header")
+    built = toolchain.build(PRELUDE_SOURCE % 9, "answer")
+    assert answer(built.path) == 9
+    if damage == "truncated":
+        assert [len(c) for c in seen[-2:]] == [1, 1] and seen[-1][0][1] != "-include"  # retried plainly
+        assert not gch.exists()  # withdrawn; the next build makes it again
+    assert answer(toolchain.build(PRELUDE_SOURCE % 10, "answer").path) == 10
+    # Made again, whole (GCC's output differs by a few bytes from build to build).
+    assert abs(gch.stat().st_size - len(data)) < 10_000
+    assert gch.with_name(gch.name + ".size").read_text() == str(gch.stat().st_size)
+
+
+def test_prelude_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("DISC_PCH", "0")
+    seen = record_commands(monkeypatch)
+    assert answer(toolchain.build(PRELUDE_SOURCE % 11, "answer").path) == 11
+    assert "-include" not in seen[-1][0]
