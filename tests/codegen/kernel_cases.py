@@ -218,8 +218,9 @@ class Powers(nn.Module):
 
 
 # -- every elementwise op, one at a time, against the reference executor ------------------------
-UNARY_F32 = ["neg", "abs", "sign", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "sin", "cos", "erf",
-             "floor", "ceil", "round", "relu", "isnan", "logical_not", "gelu", "gelu_tanh", "silu"]
+UNARY_F32 = ["neg", "abs", "sign", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "sin",
+             "cos", "erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "floor", "ceil", "round", "relu", "isnan",
+             "isinf", "logical_not", "gelu", "gelu_tanh", "silu"]
 BINARY_F32 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
               "logical_and", "logical_or", "logical_xor"]
 BINARY_I64 = ["add", "sub", "mul", "div", "floor_div", "remainder", "fmod", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "lt"]
@@ -233,9 +234,19 @@ def op_graph(op: str, dtype: str, arity: int) -> Graph:
     return g
 
 
-def special_f32(n: int, gen: torch.Generator) -> torch.Tensor:
+def special_f32(n: int, gen: torch.Generator, op: str = "") -> torch.Tensor:
+    """Random values and the special ones (signed zeros, tiny, inf, NaN), mostly in ``op``'s domain."""
     x = torch.randn(n, generator=gen) * 3
     x[:8] = torch.tensor([0.0, -0.0, 1e-7, -1e-7, 0.5, -2.5, float("inf"), float("nan")])[: min(8, n)]
+    if op in ("asin", "acos", "atanh"):  # defined on [-1, 1]: most values inside, some outside (NaN)
+        x = x / 4
+        x[8:12] = torch.tensor([1.0, -1.0, 0.9999, -0.99999])[: max(0, min(4, n - 8))]
+    if op == "acosh":  # defined from 1 up
+        x = torch.where(x.isnan(), x, x.abs() + 1)
+        x[8:11] = torch.tensor([1.0, 1.0000001, 0.5])[: max(0, min(3, n - 8))]
+    if op in ("sinh", "cosh", "asinh"):
+        x[8:12] = torch.tensor([-90.0, 100.0, 1e20, -3e30])[: max(0, min(4, n - 8))]  # overflow, and asinh's large branch
+        # (not 88.7 < |x| < 89.4, where sinh and cosh are finite but torch's vectorised float forms give inf)
     return x
 
 

@@ -48,6 +48,7 @@ from disc.errors import ShapeError
 
 pytest.importorskip("triton")
 
+from disc.codegen.lowering import Unsupported  # noqa: E402
 from disc.codegen.triton.program import KernelCall  # noqa: E402
 from disc.ir.parser import parse_graph  # noqa: E402
 from disc.passes.pipeline import run_pipeline  # noqa: E402
@@ -236,14 +237,23 @@ def test_convolution_gradients_through_the_library(layout):
 
 
 # -- every elementwise op of the Triton table, against the reference executor ----------------------
+# Triton's language has no primitive for these and its interpreter no libdevice: a program
+# holding one runs that op as a PyTorch segment (the backend catches Unsupported).
+NO_TRITON_FORM = {"tan", "asin", "acos", "atan"}
+
+
 @pytest.mark.parametrize("op", UNARY_F32 + BINARY_F32)
 def test_float_op_matches_the_reference(op):
     arity = 2 if op in BINARY_F32 else 1
     g = op_graph(op, "f32", arity)
+    if op in NO_TRITON_FORM:
+        with pytest.raises(Unsupported, match=f"no Triton form for elementwise op {op} "):
+            build_triton(g)
+        return
     ex = TritonExecutor(g, build_triton(g))
     gen = torch.Generator().manual_seed(1)
     for n in (1, 37, 300):
-        xs = [special_f32(n, gen) for _ in range(arity)]
+        xs = [special_f32(n, gen, op) for _ in range(arity)]
         if op in ("gelu", "gelu_tanh"):  # torch's own gelu(inf) is inf or nan depending on the vector length
             xs = [torch.where(x.isinf(), 40.0, x) for x in xs]
         if op == "pow":

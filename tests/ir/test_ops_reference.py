@@ -108,6 +108,11 @@ def with_nans(shape, env, gen):
     return torch.where(torch.rand(shape, generator=gen) < 0.3, torch.full_like(x, math.nan), x)
 
 
+def with_infs(shape, env, gen):
+    x = with_nans(shape, env, gen)
+    return torch.where(torch.rand(shape, generator=gen) < 0.3, torch.full_like(x, math.inf) * x.sign(), x)
+
+
 # -- the harness ---------------------------------------------------------------------------
 def evaluate(g: Graph, target: Node, feeds: dict[str, torch.Tensor]):
     """Run a graph with the registry's reference functions."""
@@ -228,6 +233,8 @@ unary("exp", torch.exp, ["f64"])
 unary("expm1", lambda x: x.double().expm1().float(), ["f32"])
 unary("log", lambda x: x.double().log().float(), ["f32"], positive)
 unary("log1p", lambda x: x.double().log1p().float(), ["f32"], positive)
+unary("log2", lambda x: x.double().log2().float(), ["f32"], positive)
+unary("log10", lambda x: x.double().log10().float(), ["f32"], positive)
 unary("sqrt", lambda x: x.double().sqrt().float(), ["f32"], positive)
 unary("rsqrt", lambda x: (1 / x.double().sqrt()).float(), ["f32"], positive)
 unary("reciprocal", lambda x: (1 / x.double()).float(), ["f32"])
@@ -236,6 +243,16 @@ unary("sigmoid", lambda x: (1 / (1 + (-x.double()).exp())).float(), ["f32"])
 unary("sin", lambda x: x.double().sin().float(), ["f32"])
 unary("cos", lambda x: x.double().cos().float(), ["f32"])
 unary("erf", lambda x: x.double().erf().float(), ["f32"])
+unary("tan", lambda x: x.double().tan().float(), ["f32"])
+unary("atan", lambda x: x.double().atan().float(), ["f32"])
+unary("asin", lambda x: x.double().asin().float(), ["f32"], lambda s, e, g: torch.rand(s, generator=g) * 2 - 1)
+unary("acos", lambda x: x.double().acos().float(), ["f32"], lambda s, e, g: torch.rand(s, generator=g) * 2 - 1)
+unary("sinh", lambda x: x.double().sinh().float(), ["f32"])
+unary("cosh", lambda x: x.double().cosh().float(), ["f32"])
+unary("asinh", lambda x: x.double().asinh().float(), ["f32"])
+unary("acosh", lambda x: x.double().acosh().float(), ["f32"], lambda s, e, g: torch.rand(s, generator=g) * 5 + 1)
+unary("atanh", lambda x: x.double().atanh().float(), ["f32"], lambda s, e, g: torch.rand(s, generator=g) * 1.8 - 0.9)
+unary("isinf", lambda x: torch.tensor([math.isinf(v) for v in x.flatten().tolist()], dtype=torch.bool).reshape(x.shape), ["f32"], with_infs, out_dtype="i1")
 unary("floor", torch.floor, ["f32", "f64"])
 unary("ceil", torch.ceil, ["f32"])
 unary("round", torch.round, ["f32"], lambda s, e, g: torch.randint(-8, 9, s, generator=g) / 2)  # halves: ties to even

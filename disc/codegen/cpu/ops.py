@@ -26,6 +26,8 @@ UNARY = {
     "expm1": "std::expm1({0})",
     "log": "std::log({0})",
     "log1p": "std::log1p({0})",
+    "log2": "std::log2({0})",
+    "log10": "std::log10({0})",
     "sqrt": "std::sqrt({0})",
     "rsqrt": "(1 / std::sqrt({0}))",
     "reciprocal": "(1 / {0})",
@@ -34,6 +36,15 @@ UNARY = {
     "sin": "std::sin({0})",
     "cos": "std::cos({0})",
     "erf": "std::erf({0})",
+    "tan": "std::tan({0})",
+    "asin": "std::asin({0})",
+    "acos": "std::acos({0})",
+    "atan": "std::atan({0})",
+    "sinh": "std::sinh({0})",
+    "cosh": "std::cosh({0})",
+    "asinh": "std::asinh({0})",
+    "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})",
     "floor": "std::floor({0})",
     "ceil": "std::ceil({0})",
     "round": "std::nearbyint({0})",  # half to even, as torch.round
@@ -41,6 +52,7 @@ UNARY = {
     "logical_not": "(!{0})",
     "bitwise_not": "disc_bitnot({0})",
     "isnan": "({0} != {0})",
+    "isinf": "disc_isinf({0})",
     "gelu": "disc_gelu({0})",
     "gelu_tanh": "disc_gelu_tanh({0})",
     "silu": "disc_silu({0})",
@@ -117,7 +129,9 @@ PRELUDE = r"""
   extern "C" float name##f(float) noexcept __attribute__((__simd__("notinbranch"))); \
   extern "C" double name(double) noexcept __attribute__((__simd__("notinbranch")));
 DISC_SIMD_MATH(exp) DISC_SIMD_MATH(log) DISC_SIMD_MATH(tanh) DISC_SIMD_MATH(erf) DISC_SIMD_MATH(sin)
-DISC_SIMD_MATH(cos) DISC_SIMD_MATH(expm1) DISC_SIMD_MATH(log1p)
+DISC_SIMD_MATH(cos) DISC_SIMD_MATH(expm1) DISC_SIMD_MATH(log1p) DISC_SIMD_MATH(log2) DISC_SIMD_MATH(log10)
+DISC_SIMD_MATH(tan) DISC_SIMD_MATH(asin) DISC_SIMD_MATH(acos) DISC_SIMD_MATH(atan) DISC_SIMD_MATH(sinh)
+DISC_SIMD_MATH(cosh) DISC_SIMD_MATH(asinh) DISC_SIMD_MATH(acosh) DISC_SIMD_MATH(atanh)
 extern "C" float powf(float, float) noexcept __attribute__((__simd__("notinbranch")));
 extern "C" double pow(double, double) noexcept __attribute__((__simd__("notinbranch")));
 #undef DISC_SIMD_MATH
@@ -179,6 +193,10 @@ template <class T> static inline T disc_max(T a, T b) { const T m = a > b ? a : 
 template <class T> static inline T disc_min(T a, T b) { const T m = a < b ? a : b; return a != a ? a : m; }
 template <class T> static inline T disc_relu(T x) { return x < T(0) ? T(0) : x; }
 template <class T> static inline T disc_sign(T x) { return T((T(0) < x) - (x < T(0))); }
+template <class T> static inline bool disc_isinf(T x) {
+  if constexpr (std::is_floating_point<T>::value) return x == std::numeric_limits<T>::infinity() || x == -std::numeric_limits<T>::infinity();
+  else return false;  // integers are never infinite (torch.isinf agrees)
+}
 static inline bool disc_bitnot(bool x) { return !x; }
 // A bool read from memory, as a byte compared with 0: GCC (12) does not vectorise a select or a
 // float conversion on a loaded `bool` on AVX2 ("relevant stmt not supported"), and so left BERT

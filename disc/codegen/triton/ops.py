@@ -27,6 +27,13 @@ UNARY = {
     "expm1": "disc_expm1({0})",
     "log": "tl.log({0})",
     "log1p": "disc_log1p({0})",
+    "log2": "tl.log2({0})",
+    "log10": "(tl.log2({0}) * 0.30102999566398120)",
+    "sinh": "disc_sinh({0})",
+    "cosh": "disc_cosh({0})",
+    "asinh": "disc_asinh({0})",
+    "acosh": "disc_acosh({0})",
+    "atanh": "disc_atanh({0})",
     "sqrt": "tl.sqrt({0})",
     "rsqrt": "(1.0 / tl.sqrt({0}))",
     "reciprocal": "(1.0 / {0})",
@@ -41,12 +48,13 @@ UNARY = {
     "relu": "disc_relu({0})",
     "logical_not": "({0} == 0)",
     "isnan": "({0} != {0})",
+    "isinf": "(tl.abs({0}) == float(\"inf\"))",
     "gelu": "disc_gelu({0})",
     "gelu_tanh": "disc_gelu_tanh({0})",
     "silu": "disc_silu({0})",
 }
 # Integer operands: these have another form than for floats.
-UNARY_INT = {"bitwise_not": "(~{0})", "abs": "tl.where({0} < 0, -{0}, {0})", "floor": "{0}", "ceil": "{0}", "round": "{0}"}
+UNARY_INT = {"isinf": "({0} != {0})", "bitwise_not": "(~{0})", "abs": "tl.where({0} < 0, -{0}, {0})", "floor": "{0}", "ceil": "{0}", "round": "{0}"}
 
 BINARY = {
     "add": "({0} + {1})",

@@ -147,3 +147,38 @@ def disc_uniform(seed, site_offset, i):
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB
     z = z ^ (z >> 31)
     return (z >> 40).to(tl.int32).to(tl.float32) * 5.9604644775390625e-08
+
+
+@triton.jit
+def disc_sinh(x):
+    # From expm1, not exp: (e^x - e^-x) / 2 cancels for small x.
+    return 0.5 * (disc_expm1(x) - disc_expm1(-x))
+
+
+@triton.jit
+def disc_cosh(x):
+    return 0.5 * (tl.exp(x) + tl.exp(-x))
+
+
+@triton.jit
+def disc_asinh(x):
+    # asinh(a) = log1p(a + a^2 / (1 + sqrt(1 + a^2))) keeps small a exact; past 2^60, a^2 would
+    # overflow and asinh(a) = log(2a) to float precision.
+    a = tl.abs(x)
+    small = disc_log1p(a + a * a / (1.0 + tl.sqrt(1.0 + a * a)))
+    r = tl.where(a > 1.152921504606847e18, tl.log(a) + 0.6931471805599453, small)
+    return tl.where(x < 0, -r, r)
+
+
+@triton.jit
+def disc_acosh(x):
+    # acosh(1 + t) = log1p(t + sqrt(t (t + 2))), exact near 1; below 1 the sqrt gives NaN, as torch.
+    t = x - 1.0
+    r = disc_log1p(t + tl.sqrt(t * (t + 2.0)))
+    return tl.where(x > 1.152921504606847e18, tl.log(x) + 0.6931471805599453, r)
+
+
+@triton.jit
+def disc_atanh(x):
+    # atanh(x) = log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN beyond, as torch.
+    return 0.5 * disc_log1p(2.0 * x / (1.0 - x))

@@ -262,6 +262,8 @@ _UNARY = {
     aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.reciprocal: "reciprocal", aten.tanh: "tanh",
     aten.sigmoid: "sigmoid", aten.sin: "sin", aten.cos: "cos", aten.erf: "erf", aten.floor: "floor", aten.ceil: "ceil",
     aten.round: "round", aten.relu: "relu", aten.bitwise_not: "bitwise_not", aten.silu: "silu",
+    aten.log2: "log2", aten.log10: "log10", aten.tan: "tan", aten.asin: "asin", aten.acos: "acos", aten.atan: "atan",
+    aten.sinh: "sinh", aten.cosh: "cosh", aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh",
 }
 for _t, _op in _UNARY.items():
     LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, x, **kw: elementwise(ctx, op, [x], meta_dtype(fx_node)))(_op)
@@ -270,6 +272,11 @@ for _t, _op in _UNARY.items():
 @lower(aten.isnan.default)
 def _isnan(ctx: Importer, fx_node, x: Node) -> Node:
     return ctx.graph.add("isnan", (x,))
+
+
+@lower(aten.isinf.default)
+def _isinf(ctx: Importer, fx_node, x: Node) -> Node:
+    return ctx.graph.add("isinf", (x,))
 
 
 @lower(aten.logical_not.default)
