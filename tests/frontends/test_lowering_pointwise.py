@@ -103,6 +103,11 @@ COMPOSITES = {
     "view_as": lambda x, y: (x * 2).flatten(1).view_as(y) + y,
     "repeat": lambda x, y: (x.repeat(1, 2, 3), y.repeat(2, 1, 1, 2)),
     "upsample_nearest": lambda x, y: (F.interpolate(x[:, None], scale_factor=2.0), F.interpolate(x.transpose(1, 2)[:, :, None], scale_factor=(3, 1))),
+    "resize_nearest": lambda x, y: (
+        F.interpolate(x[:, None], size=(y.shape[0] * 3, 5)),  # a size from a dynamic dim: up or down
+        F.interpolate(x[:, None], size=(1, 1)),
+        F.interpolate(x[:, None], size=y.shape[1:]),  # the same size: every row its own source
+    ),
     "flip": lambda x, y: (x.flip(-1), y.flip(0, 1) * 2),
     "glu": lambda x, y: F.glu(torch.cat([x, y, x, y], -1), -1) + F.glu(torch.cat([x, y], -1), dim=-1).sum(-1, keepdim=True),
 }
@@ -124,3 +129,22 @@ def test_an_op_torch_expands_itself_still_goes_through_decomposition():
         x, y = _inputs(b, n, 2)
         with torch.no_grad():
             torch.testing.assert_close(cm(x, y), model(x, y))
+
+
+class TopDown(nn.Module):
+    """An FPN's top-down step: the coarser map resized to the finer one's size, then added."""
+
+    def forward(self, top, lateral):
+        return F.interpolate(top, size=lateral.shape[-2:], mode="nearest") + lateral
+
+
+def test_nearest_resize_to_another_tensors_size_matches_eager_exactly():
+    model = TopDown()
+    dynamic = {"top": {0: "b", 2: "h", 3: "w"}, "lateral": {0: "b", 2: "H", 3: "W"}}
+    cm = disc.compile(model, (torch.randn(1, 4, 3, 5), torch.randn(1, 4, 6, 9)), dynamic=dynamic)
+    assert not cm.report.fallbacks and cm.report.decomposed_because is None
+    # twice, odd ratios, 1-sized, and smaller than the top map (PyTorch then skips rows)
+    for b, h, w, big_h, big_w in [(1, 3, 5, 6, 9), (2, 1, 1, 1, 1), (1, 7, 3, 5, 11), (3, 4, 4, 13, 17), (1, 10, 9, 3, 2)]:
+        top, lateral = torch.randn(b, 4, h, w), torch.randn(b, 4, big_h, big_w)
+        with torch.no_grad():
+            assert torch.equal(cm(top, lateral), model(top, lateral)), (b, h, w, big_h, big_w)

@@ -238,10 +238,29 @@ def _repeat(ctx: Importer, fx_node, x: Node, repeats: Sequence[int]) -> Node:
 
 @lower(aten.upsample_nearest2d.vec)
 def _upsample_nearest2d(ctx: Importer, fx_node, x: Node, output_size: Any, scale_factors: Any) -> Node:
-    """Nearest upsampling by whole factors (source index = destination // factor, as PyTorch picks it)."""
-    if scale_factors is None or not all(float(f).is_integer() and f >= 1 for f in scale_factors):
-        raise LoweringError("nearest upsampling to a size, or by a fractional factor")
-    return _replicate(ctx, x, [1, 1, *(int(f) for f in scale_factors)], whole=False)
+    """Nearest resizing. By whole factors each value is repeated (source index = destination //
+    factor, as PyTorch picks it). To a size, static or taken from another tensor's shape (an FPN's
+    top-down path), H and W are each a gather at PyTorch's source index
+    ``min(floor(i * (in / out)), in - 1)``, computed in float32 as its kernel does."""
+    if scale_factors is not None and all(float(f).is_integer() and f >= 1 for f in scale_factors):
+        return _replicate(ctx, x, [1, 1, *(int(f) for f in scale_factors)], whole=False)
+    if output_size is None:  # the output size is floor(in * factor): not kept as an exact dim
+        raise LoweringError("nearest upsampling by a fractional factor")
+    for axis, size in zip((2, 3), output_size):
+        x = ctx.graph.add("index_select", (x, _nearest_source(ctx, x.shape[axis], size_value(ctx, size))), {"axis": axis})
+    return x
+
+
+def _nearest_source(ctx: Importer, in_size: Any, out_size: Any) -> Node:
+    """Source row of each of ``out_size`` destination rows, for nearest resizing from ``in_size``."""
+    if isinstance(in_size, int) and isinstance(out_size, int):
+        scale: Any = float(torch.tensor(in_size, dtype=torch.float32) / out_size)  # float32 division, as PyTorch's
+    else:
+        scale = elementwise(ctx, "div", [ctx.index(in_size), ctx.index(out_size)], "f32")
+    position = elementwise(ctx, "mul", [ctx.graph.add("iota", (ctx.index(out_size),), {"dtype": "i64"}), scale], "f32")
+    source = convert(ctx, ctx.graph.add("floor", (position,)), "i64")
+    last = ctx.graph.add("index_to_tensor", (ctx.index(simplify_dim(as_expr(in_size) - 1)),), {"dtype": "i64"})
+    return elementwise(ctx, "minimum", [source, last], "i64")
 
 
 @lower(aten.flip.default)
