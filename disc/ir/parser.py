@@ -6,6 +6,7 @@ what a pass must produce; ``verify`` then checks the text is consistent.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +25,7 @@ class IRParseError(ValueError):
 
 _FUNC = re.compile(r"^func @([\w.]+)\((.*)\)\s*\{$")
 _NODE = re.compile(r"^%([\w.]+) = ([\w.]+)\((.*?)\)(?: \{(.*)\})? : (.+)$")
-_SYM = re.compile(r"^sym (\w+) in \[(-?\d+), (inf|-?\d+)\](?: multiple of (\d+))?(?:  \((.*)\))?$")
+_SYM = re.compile(r"^sym (\w+) in \[(-inf|-?\d+), (inf|-?\d+)\](?: multiple of (\d+))?(?:  \((.*)\))?$")
 _CHECK = re.compile(r'^check (.+?) (==|!=|>=|%) (.+?)  (".*")$')
 
 
@@ -165,7 +166,7 @@ def _parse_constraint(g: Graph, ln: str) -> None:
         if not m:
             raise IRParseError(f"bad symbol line {ln!r}")
         name, lo, hi, div, source = m.groups()
-        c.declare(name, lo=int(lo), hi=None if hi == "inf" else int(hi), divisor=int(div or 1), source=source or "")
+        c.declare(name, lo=-math.inf if lo == "-inf" else int(lo), hi=None if hi == "inf" else int(hi), divisor=int(div or 1), source=source or "")
     elif ln.startswith("eq "):
         a, _, b = ln[3:].partition(" == ")
         c.parent[a.strip()] = b.strip()

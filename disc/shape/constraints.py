@@ -43,7 +43,7 @@ class SymbolFacts:
     """What is known about one symbol. ``hi`` is ``None`` for unbounded."""
 
     name: str
-    lo: int = 0
+    lo: float = 0  # an int, or -inf for a value (not a size) that may be any negative number
     hi: int | None = None
     divisor: int = 1
     source: str = ""
@@ -101,7 +101,7 @@ class ShapeConstraints:
         self,
         prefix: str = "s",
         *,
-        lo: int = 0,
+        lo: float = 0,
         hi: int | None = None,
         divisor: int = 1,
         source: str = "",

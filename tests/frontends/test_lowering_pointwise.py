@@ -148,3 +148,22 @@ def test_nearest_resize_to_another_tensors_size_matches_eager_exactly():
         top, lateral = torch.randn(b, 4, h, w), torch.randn(b, 4, big_h, big_w)
         with torch.no_grad():
             assert torch.equal(cm(top, lateral), model(top, lateral)), (b, h, w, big_h, big_w)
+
+
+class Diagonals(nn.Module):
+    def forward(self, x, y):
+        return x.diagonal(), torch.diagonal(x, 1), torch.diagonal(x, -2), torch.diagonal(y, 0, 1, 2) * 2, torch.diagonal(y, 3, -1, 0)
+
+
+def test_diagonal_is_a_gather_of_the_right_length_at_every_offset_and_shape():
+    """The diagonal's length, max(0, min(rows, cols - offset)), may be 0 or (below the main
+    diagonal) negative before the clamp: min's bounds must not be assumed non-negative."""
+    model = Diagonals()
+    cm = disc.compile(model, (torch.randn(5, 7), torch.randn(3, 4, 6)), dynamic={"x": {0: "n", 1: "m"}, "y": {0: "b", 2: "k"}})
+    assert not cm.report.fallbacks and cm.report.decomposed_because is None
+    for n, m, b, k in [(5, 7, 3, 6), (1, 1, 1, 1), (4, 2, 2, 9), (9, 3, 5, 2), (2, 2, 1, 3), (0, 3, 1, 1)]:
+        x, y = torch.randn(n, m), torch.randn(b, 4, k)
+        with torch.no_grad():
+            got, want = cm(x, y), model(x, y)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), (n, m, b, k)

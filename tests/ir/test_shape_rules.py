@@ -565,6 +565,25 @@ def test_verify_graph_with_unprovable_imax():
     verify(g)
 
 
+def test_unprovable_min_and_max_take_their_operands_bounds():
+    """min(a, b - 1) is -1 at b = 0: its symbol must allow that, or max(0, it) would be dropped."""
+    g, (a, b) = sym_graph("a", "b")
+    x = g.add_input("x", T("f32", a, b))
+    rows, cols = g.add("dim", [x], {"axis": 0}), g.add("dim", [x], {"axis": 1})
+    shorter = g.add("imin", [rows, g.add("iadd", [cols, g.add("index_const", [], {"value": -1})])])
+    c = g.constraints
+    assert c.bounds(shorter.type.value) == (-1, float("inf"))
+    length = g.add("imax", [g.add("index_const", [], {"value": 0}), shorter])
+    assert length.type.value != shorter.type.value and c.bounds(length.type.value)[0] == 0
+    below = g.add("imin", [g.add("isub", [rows, cols]), g.add("index_const", [], {"value": 3})])  # min(a - b, 3)
+    assert c.bounds(below.type.value)[0] == float("-inf")
+    g.outputs = [g.add("iota", [length]), g.add("index_to_tensor", [below], {"dtype": "i64"})]
+    text = print_graph(g)
+    assert "in [-inf, 3]" in text and "in [-1, inf]" in text
+    assert print_graph(parse_graph(text)) == text  # -inf prints and parses
+    verify(g)
+
+
 def test_index_types_of_size_operands_are_exact():
     g, (a,) = sym_graph("a")
     x = g.add_input("x", T("f32", a, 6))

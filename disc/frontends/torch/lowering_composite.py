@@ -263,6 +263,28 @@ def _nearest_source(ctx: Importer, in_size: Any, out_size: Any) -> Node:
     return elementwise(ctx, "minimum", [source, last], "i64")
 
 
+@lower(aten.diagonal.default)
+def _diagonal(ctx: Importer, fx_node, x: Node, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Node:
+    """The diagonal as a gather: dim1 and dim2 moved last and merged, then every (m + 1)-th
+    element from the first on the diagonal, as many as fit (none when the offset passes the edge)."""
+    rank = x.tensor_type.rank
+    d1, d2 = norm_axis(dim1, rank), norm_axis(dim2, rank)
+    if d1 == d2:
+        raise LoweringError("diagonal of a dim with itself")
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    x = _permute(ctx, fx_node, x, [*rest, d1, d2])
+    n, m = x.shape[-2], x.shape[-1]
+    flat = reshape(ctx, x, [*x.shape[:-2], simplify_dim(as_expr(n) * m)])
+    first = offset if offset >= 0 else simplify_dim(as_expr(m) * -offset)
+    rows, cols = (n, simplify_dim(as_expr(m) - offset)) if offset >= 0 else (simplify_dim(as_expr(n) + offset), m)
+    length = ctx.graph.add("imax", (ctx.index(0), ctx.graph.add("imin", (ctx.index(rows), ctx.index(cols)))))
+    along = ctx.graph.add("iota", (length,), {"dtype": "i64"})
+    ctx.register_dims(along)  # its length is a fresh symbol (a min): later sizes refer to it
+    steps = elementwise(ctx, "mul", [along, ctx.index(simplify_dim(as_expr(m) + 1))], "i64")
+    positions = elementwise(ctx, "add", [steps, ctx.index(first)], "i64")
+    return ctx.graph.add("index_select", (flat, positions), {"axis": rank - 2})
+
+
 @lower(aten.flip.default)
 def _flip(ctx: Importer, fx_node, x: Node, dims: Sequence[int]) -> Node:
     for axis in {norm_axis(d, x.tensor_type.rank) for d in dims}:

@@ -8,6 +8,7 @@ instead of re-deriving shapes op by op.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,14 +46,15 @@ def _binary_index(fn):
     return rule
 
 
-def fresh_symbol(ctx: ShapeContext, kind: str, a: SymExpr, b: SymExpr) -> SymExpr:
-    """A symbol for a value no expression captures, named by what computes it.
+def fresh_symbol(ctx: ShapeContext, kind: str, a: SymExpr, b: SymExpr, lo: float = 0, hi: float = math.inf) -> SymExpr:
+    """A symbol for a value no expression captures, named by what computes it, in ``[lo, hi]``.
 
     The name is a function of the operands, so inferring the same op twice
     (the verifier re-infers every node) yields the same symbol.
     """
     digest = hashlib.sha1(f"{kind}({a}, {b})".encode()).hexdigest()[:6]
-    return ctx.constraints.new_symbol(name=f"{kind}_{digest}", source=f"{kind}({a}, {b})")
+    bound_hi = None if hi == math.inf else int(hi)
+    return ctx.constraints.new_symbol(name=f"{kind}_{digest}", lo=lo, hi=bound_hi, source=f"{kind}({a}, {b})")  # type: ignore[arg-type]
 
 
 def _floordiv(ctx: ShapeContext, a: SymExpr, b: SymExpr):
@@ -73,7 +75,11 @@ def _max_min(pick_max: bool):
             return a if pick_max else b
         if c.prove_ge(b, a):
             return b if pick_max else a
-        return fresh_symbol(ctx, "max" if pick_max else "min", a, b)
+        # The result lies between the operands' bounds: a min may be negative (min(n, m - 1) at
+        # m = 0), and assuming otherwise would let max(0, that) be simplified away.
+        (alo, ahi), (blo, bhi) = c.bounds(a), c.bounds(b)
+        pick = max if pick_max else min
+        return fresh_symbol(ctx, "max" if pick_max else "min", a, b, lo=pick(alo, blo), hi=pick(ahi, bhi))
 
     return rule
 
