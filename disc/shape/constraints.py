@@ -577,7 +577,7 @@ class ShapeConstraints:
             hi: Bound = INF if f.hi is None else f.hi
             if f.divisor > 1:
                 # The value is a multiple of the divisor: round the ends inwards.
-                lo = -((-lo) // f.divisor) * f.divisor
+                lo = -((-lo) // f.divisor) * f.divisor if lo != -INF else lo
                 if hi != INF:
                     hi = (hi // f.divisor) * f.divisor
             return lo, hi

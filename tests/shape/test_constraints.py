@@ -431,3 +431,12 @@ def test_parse_of_printed_constraints_round_trips_expressions():
     c.add_equal(s["a"] * s["b"], s["c"] * (s["d"] // 2))
     for lhs, rhs in c.product_equalities:
         assert parse_expr(str(lhs)) == lhs and parse_expr(str(rhs)) == rhs
+
+
+def test_an_unbounded_below_multiple_keeps_minus_infinity():
+    """A symbol may be bounded below by -inf (an unprovable min of values, not sizes); rounding its
+    ends to its divisor must keep -inf, not make NaN out of inf // divisor."""
+    c = ShapeConstraints()
+    a = c.new_symbol(name="a", lo=-INF, hi=10, divisor=4)
+    assert c.bounds(a) == (-INF, 8)
+    assert c.bounds(a * 2 + 1) == (-INF, 17)
