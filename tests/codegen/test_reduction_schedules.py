@@ -132,6 +132,11 @@ def _column_kernels(ex: NativeExecutor) -> list[KernelCall]:
     return [c for c in ex.native.source.calls if isinstance(c, KernelCall) and "column" in c.kernel.versions]
 
 
+def _calls_of(ex: NativeExecutor, call: KernelCall) -> dict[str, int]:
+    """How often each speculation version of ``call`` has run so far (a profiling build's counters)."""
+    return next(p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call)
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1), (1, 1, 7), (3, 5, 1), (2, 3, 17), (37, 50, 64), (3, 1, 257)])
 def test_column_reductions_run_in_memory_order_and_match_eager(two_threads, shape):
     m = GeluBackwardAndBiasGrad()
@@ -179,11 +184,10 @@ def test_values_read_per_element_after_column_reductions_take_one_walk_per_level
     text = call.kernel.text
     assert text.count("for (int64_t r = rows * t / nt;") == 3 and "j * " not in text
     x, w = torch.randn(*shape) * 3 + 1, torch.randn(shape[-1])
-    before = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
+    before = _calls_of(ex, call)
     for got, want in zip(ex.run([x, w]), m(x, w)):
         torch.testing.assert_close(got.reshape(want.shape), want, rtol=1e-4, atol=1e-5)
-    after = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
-    ran = {k: v - before[k] for k, v in after.items()}
+    ran = {k: v - before[k] for k, v in _calls_of(ex, call).items()}
     assert sum(ran.values()) == 1 and ran.get("column", 0) + ran.get("no-broadcast", 0) == 1, ran
 
 
@@ -207,11 +211,10 @@ def test_reductions_between_kept_dims_walk_rows_in_memory_order_per_outer_index(
     text = call.kernel.text
     assert "for (int64_t o = 0; o < s.n; ++o) {" in text and "(o * rows + r) * cols + j" in text and "j * " not in text
     x, w = torch.randn(*shape) * 3, torch.randn(shape[-1])
-    before = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
+    before = _calls_of(ex, call)
     for got, want in zip(ex.run([x, w]), m(x, w)):
         torch.testing.assert_close(got.reshape(want.shape), want, rtol=1e-4, atol=1e-5)
-    after = [p["calls"] for p, c in zip(ex.step_profile(), ex.native.source.calls) if c is call][0]
-    ran = {k: v - before[k] for k, v in after.items()}
+    ran = {k: v - before[k] for k, v in _calls_of(ex, call).items()}
     assert sum(ran.values()) == 1 and ran.get("column", 0) + ran.get("no-broadcast", 0) == 1, ran
 
 
