@@ -2,7 +2,9 @@
 
 import ctypes
 import json
+import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -211,8 +213,6 @@ def record_commands(monkeypatch) -> list:
 
 @needs_gcc
 def test_programs_load_the_precompiled_prelude(monkeypatch):
-    import subprocess
-
     seen = record_commands(monkeypatch)
     built = toolchain.build(PRELUDE_SOURCE % 6, "answer")
     assert answer(built.path) == 6
@@ -225,10 +225,10 @@ def test_programs_load_the_precompiled_prelude(monkeypatch):
     probe = subprocess.run([*flags, "-H", "-fsyntax-only", "-x", "c++", "-"], input="int x;\n", capture_output=True, text=True)
     assert f"! {header}.gch" in probe.stderr, probe.stderr[:300]
     # The next program with the same includes and flags reuses it without building it again.
-    before = open(header + ".gch", "rb").read(64), toolchain.Path(header + ".gch").stat().st_mtime_ns
+    before = open(header + ".gch", "rb").read(64), Path(header + ".gch").stat().st_mtime_ns
     assert answer(toolchain.build(PRELUDE_SOURCE % 7, "answer").path) == 7
     assert seen[-1][0][2] == header
-    assert (open(header + ".gch", "rb").read(64), toolchain.Path(header + ".gch").stat().st_mtime_ns) == before
+    assert (open(header + ".gch", "rb").read(64), Path(header + ".gch").stat().st_mtime_ns) == before
 
 
 @needs_gcc
@@ -236,7 +236,7 @@ def test_programs_load_the_precompiled_prelude(monkeypatch):
 def test_damaged_precompiled_prelude_costs_time_not_the_build(monkeypatch, damage):
     seen = record_commands(monkeypatch)
     toolchain.build(PRELUDE_SOURCE % 8, "answer")
-    gch = toolchain.Path(seen[-1][0][2] + ".gch")
+    gch = Path(seen[-1][0][2] + ".gch")
     data = gch.read_bytes()
     # Truncated keeps GCC's header and passes the size check only because the size file is cut too:
     # GCC then fails to read it, and the build is retried without it.

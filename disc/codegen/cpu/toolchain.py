@@ -251,8 +251,8 @@ def precompiled_prelude(compiler: str, flags: Sequence[str], includes: str) -> P
     key = _cache_key(compiler, "precompiled prelude\n" + includes, flags, (), ())
     entry = cache_dir() / f"pch-{key[:32]}"
     header, pch, size = entry / "prelude.h", entry / "prelude.h.gch", entry / "prelude.h.gch.size"
-    try:
-        if header.read_text() == includes + "\n" and pch.stat().st_size == int(size.read_text()):
+    try:  # the key covers the includes; only a .gch cut short (a crash while writing it) is checked
+        if header.is_file() and pch.stat().st_size == int(size.read_text()):
             return header
     except (OSError, ValueError):
         pass  # missing or cut short (a crash while writing it): rebuilt below
