@@ -54,7 +54,7 @@ def fresh_symbol(ctx: ShapeContext, kind: str, a: SymExpr, b: SymExpr, lo: float
     """
     digest = hashlib.sha1(f"{kind}({a}, {b})".encode()).hexdigest()[:6]
     bound_hi = None if hi == math.inf else int(hi)
-    return ctx.constraints.new_symbol(name=f"{kind}_{digest}", lo=lo, hi=bound_hi, source=f"{kind}({a}, {b})")  # type: ignore[arg-type]
+    return ctx.constraints.new_symbol(name=f"{kind}_{digest}", lo=lo, hi=bound_hi, source=f"{kind}({a}, {b})")
 
 
 def _floordiv(ctx: ShapeContext, a: SymExpr, b: SymExpr):
