@@ -100,7 +100,7 @@ def build_shape_program(g: Graph) -> ShapeProgram:
 
 
 def _index_code(n: Node, bound: set[str]) -> str | None:
-    ops = {"iadd": "+", "isub": "-", "imul": "*", "ifloordiv": "//"}
+    ops = {"iadd": "+", "isub": "-", "imul": "*"}
     names = [f"v[{i.name!r}]" for i in n.inputs]
     if n.op == "index_const":
         return str(n.attrs["value"])
@@ -108,6 +108,8 @@ def _index_code(n: Node, bound: set[str]) -> str | None:
         return _py(as_expr(n.inputs[0].shape[n.attrs["axis"]]), bound) if isinstance(n.inputs[0].shape[n.attrs["axis"]], SymExpr) else str(n.inputs[0].shape[n.attrs["axis"]])
     if not all(isinstance(i.type, IndexType) for i in n.inputs):
         return None
+    if n.op == "ifloordiv":  # 0 for a zero divisor: the divisor's check then reports it
+        return f"({names[0]} // {names[1]} if {names[1]} else 0)"
     if n.op in ops:
         return f"{names[0]} {ops[n.op]} {names[1]}"
     if n.op in ("imax", "imin"):

@@ -232,6 +232,23 @@ def test_shape_errors_from_the_generated_checks():
         cm(torch.randn(2, 4, 5, 5), torch.ones(2, 6))
 
 
+class ReshapeByWidth(nn.Module):
+    def forward(self, x):
+        return x.reshape(-1, x.shape[1] * 2) * 2
+
+
+def test_a_run_time_division_by_zero_is_a_shape_error_not_a_crash():
+    """reshape(-1, 2 * b) divides a * b by 2 * b at run time: b = 0 used to kill the process (SIGFPE)."""
+    m = ReshapeByWidth()
+    cm = _compile(m, (torch.randn(4, 6),), {"x": {0: "a", 1: "b"}})
+    for shape in [(4, 5), (2, 1), (6, 3)]:
+        _check(cm, m, (torch.randn(shape),))
+    with pytest.raises(disc.ShapeError, match="must not multiply to 0"):
+        cm(torch.randn(3, 0))
+    with pytest.raises(disc.ShapeError, match="element count"):
+        cm(torch.randn(3, 5))  # 15 elements are not rows of 10; torch refuses it too
+
+
 def test_one_program_called_from_many_threads_with_different_shapes():
     m = Attention()
     cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})

@@ -328,6 +328,21 @@ def test_shape_errors_come_from_the_generated_checks():
         ex.run([x, y])
 
 
+class ReshapeByWidth(nn.Module):
+    def forward(self, x):
+        return x.reshape(-1, x.shape[1] * 2) * 2
+
+
+def test_a_run_time_quotient_of_products_and_a_zero_divisor():
+    """-1 in reshape(-1, 2 * b) is (a * b) // (2 * b): the host code once read it as a * b // 2 * b."""
+    m = ReshapeByWidth()
+    cm = _compile(m, (torch.randn(4, 6),), {"x": {0: "a", 1: "b"}})
+    for shape in [(4, 5), (2, 1), (6, 3)]:
+        _check(cm, m, (torch.randn(shape),))
+    with pytest.raises(ShapeError, match="must not multiply to 0"):
+        cm(*_on(torch.randn(3, 0)))
+
+
 def test_one_program_called_from_many_threads_with_different_shapes():
     m = Norms()
     cm = _compile(m, (torch.randn(2, 3, 40), torch.randn(2, 3, 40)), {"x": BXS, "r": BXS})

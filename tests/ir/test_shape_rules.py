@@ -584,6 +584,23 @@ def test_unprovable_min_and_max_take_their_operands_bounds():
     verify(g)
 
 
+def test_unprovable_floordiv_takes_its_dividends_sign():
+    """(a - b) // c is negative when b > a: max(0, it) must not be simplified to it."""
+    g, (a, b, c) = sym_graph("a", "b", "c")
+    x = g.add_input("x", T("f32", a, b, c))
+    rows, cols, depth = (g.add("dim", [x], {"axis": k}) for k in range(3))
+    diff = g.add("ifloordiv", [g.add("isub", [rows, cols]), depth])
+    cons = g.constraints
+    assert cons.bounds(diff.type.value)[0] == float("-inf")
+    clipped = g.add("imax", [g.add("index_const", [], {"value": 0}), diff])
+    assert clipped.type.value != diff.type.value and cons.bounds(clipped.type.value)[0] == 0
+    ratio = g.add("ifloordiv", [rows, depth])  # a size over a size stays a size
+    assert cons.bounds(ratio.type.value)[0] == 0
+    assert g.add("imax", [g.add("index_const", [], {"value": 0}), ratio]).type.value == ratio.type.value
+    g.outputs = [g.add("iota", [clipped]), g.add("index_to_tensor", [diff], {"dtype": "i64"})]
+    verify(g)
+
+
 def test_index_types_of_size_operands_are_exact():
     g, (a,) = sym_graph("a")
     x = g.add_input("x", T("f32", a, 6))

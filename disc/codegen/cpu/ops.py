@@ -274,7 +274,9 @@ template <class T> static inline T disc_remainder(T a, T b) {
 template <class T> static inline T disc_fmod(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) return std::fmod(a, b); else return a % b;
 }
-static inline int64_t disc_floordiv_i(int64_t a, int64_t b) { int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+// b = 0 gives 0: the program's check that the divisor is positive then reports the error
+// (computing a symbol precedes checking it), where a hardware division would kill the process.
+static inline int64_t disc_floordiv_i(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t disc_threads() { return omp_get_max_threads(); }
 static inline int64_t disc_align(int64_t bytes) { return (bytes + 63) & ~int64_t(63); }
 

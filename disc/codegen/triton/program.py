@@ -324,10 +324,12 @@ class _ProgramEmitter:
             if x.op == "input":
                 return input_dims[(self.g.inputs.index(x), axis)]
             return None
-        ops = {"iadd": "+", "isub": "-", "imul": "*", "ifloordiv": "//"}
+        ops = {"iadd": "+", "isub": "-", "imul": "*"}
         ins = [values.get(i) for i in n.inputs]
         if any(v is None for v in ins):
             return None
+        if n.op == "ifloordiv":  # 0 for a zero divisor: the divisor's check then reports it
+            return f"(({ins[0]}) // ({ins[1]}) if ({ins[1]}) else 0)"  # operands may be products
         if n.op in ops:
             return f"({ins[0]} {ops[n.op]} {ins[1]})"
         if n.op in ("imax", "imin"):

@@ -31,6 +31,9 @@ def view(ctx: Importer, x: Node, dims: list[DimLike | None]) -> Node:
         raise LoweringError("view with more than one -1")
     if None in dims:
         known = product(d for d in dims if d is not None)
+        c = ctx.graph.constraints
+        if not c.prove_ge(known, 1):  # torch refuses too: with a zero size, any -1 fits
+            c.assume(known, ">=", 1, f"view to [{', '.join('-1' if d is None else str(d) for d in dims)}]: the sizes other than -1 must not multiply to 0")
         # -1 = numel / product(known); computed as index arithmetic (exact
         # division where the factors cancel, a new runtime symbol otherwise).
         missing = ctx.graph.add("ifloordiv", (ctx.index(x.tensor_type.numel()), ctx.index(known)))

@@ -64,8 +64,16 @@ def _floordiv(ctx: ShapeContext, a: SymExpr, b: SymExpr):
     q = exact_divide(ctx.constraints.normalize(a), ctx.constraints.normalize(b))
     if q is not None:
         return q
-    # Not expressible: the quotient is a new symbol, computed at run time.
-    return fresh_symbol(ctx, "div", a, b)
+    # Not expressible: the quotient is a new symbol, computed at run time. Its bounds follow
+    # from the operands': with b > 0 (b = 0 fails at run time), a // b lies between min(a, 0)
+    # and max(a, 0), so it is only non-negative when a is (a difference of sizes may not be).
+    c = ctx.constraints
+    if not c.prove_ge(b, 1):
+        c.assume(b, ">=", 1, "ifloordiv: the divisor must be positive")
+    if not c.prove_ge(b, 0):
+        return fresh_symbol(ctx, "div", a, b, lo=-math.inf)
+    alo, ahi = c.bounds(a)
+    return fresh_symbol(ctx, "div", a, b, lo=min(alo, 0), hi=max(ahi, 0))
 
 
 def _max_min(pick_max: bool):
