@@ -13,14 +13,16 @@ held by graphs (default 2048: each graph keeps its own inputs, outputs and
 workspace), the least recently used shapes going first. The program stays
 stateless for its callers: a replay copies the call's inputs into the graph's
 own buffers and returns fresh copies of its outputs, under a per-graph lock,
-so threads may call one program at once.
+so threads may call one program at once. The shapes it remembers without a
+graph (seen once; not capturable) are bounded too, so a stream of ever-new
+shapes does not grow it.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +34,34 @@ def graph_limits() -> tuple[int, int]:
     shapes = int(os.environ.get("DISC_CUDA_GRAPHS", "16"))
     megabytes = float(os.environ.get("DISC_CUDA_GRAPH_MB", "2048"))
     return max(0, shapes), int(megabytes * 2**20)
+
+
+# Shapes remembered without a graph: seen once so far, or found not capturable. Forgetting one
+# costs at most a later capture attempt, never a wrong result.
+REMEMBERED_SHAPES = 4096
+
+
+class _RecentKeys:
+    """A set of at most ``limit`` keys; adding beyond it forgets the least recently added."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._keys: OrderedDict[tuple, None] = OrderedDict()
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, key: tuple) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.limit:
+            self._keys.popitem(last=False)
+
+    def discard(self, key: tuple) -> None:
+        self._keys.pop(key, None)
 
 
 @dataclass
@@ -51,8 +81,8 @@ class GraphCache:
         self.max_shapes = max_shapes
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
-        self._seen: Counter = Counter()
-        self._uncaptured: set[tuple] = set()  # shapes whose graph failed or alone exceeds the budget
+        self._seen_once = _RecentKeys(REMEMBERED_SHAPES)  # captured at their second call
+        self._uncaptured = _RecentKeys(REMEMBERED_SHAPES)  # graph failed, or alone exceeds the budget
         self._lock = threading.Lock()
         self.captures = 0
 
@@ -69,9 +99,12 @@ class GraphCache:
             if entry is not None:
                 self._entries.move_to_end(key)
             else:
-                self._seen[key] += 1
-                if self._seen[key] < 2 or key in self._uncaptured:
+                if key in self._uncaptured:
                     return None
+                if key not in self._seen_once:
+                    self._seen_once.add(key)
+                    return None
+                self._seen_once.discard(key)
                 entry = self._record(key, inputs)
                 if entry is None:
                     return None
@@ -100,7 +133,6 @@ class GraphCache:
             self._uncaptured.add(key)  # this shape keeps running uncaptured
             return None
         entry = self._entries[key] = _Entry(graph, mine, outs, nbytes)
-        self._seen.pop(key, None)
         while len(self._entries) > self.max_shapes or self.nbytes() > self.max_bytes:
             self._entries.popitem(last=False)
         return entry
