@@ -294,6 +294,8 @@ class _Lowering:
                 refused[n] = f"%{n.name} runs in PyTorch (torch_fallback); the native program must be whole"
             elif isinstance(n.type, IndexType):
                 continue
+            elif n.op == "nonzero":
+                refused[n] = f"%{n.name}: nonzero's result size is known only once it has run; PyTorch runs it between compiled segments"
             elif n.dtype not in NATIVE_DTYPES:
                 refused[n] = f"%{n.name}: dtype {n.dtype} has no native kernels yet"
             elif kernel_kind(n.op, n.type) == "library" and n.dtype != "f32":

@@ -66,6 +66,7 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
     if backend == "reference":
         return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", "backend='reference' was asked for")
     from disc.codegen.lowering import Unsupported
+    from disc.runtime.segments import runs_on_host
 
     gpu = backend == "triton" or (backend == "auto" and device != "cpu")
     if backend == "native" and device != "cpu":
@@ -78,7 +79,7 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
     # Ops the code generator refuses move to PyTorch, between compiled segments, one refusal at a time.
     refused: dict[Node, str] = {}
     for _ in range(MAX_REFUSALS):
-        if refused or any(n.op == "torch_fallback" for n in graph.nodes):
+        if refused or any(runs_on_host(n) for n in graph.nodes):
             try:
                 return _segmented_executor(graph, fallbacks, refused, gpu)
             except Unsupported as e:

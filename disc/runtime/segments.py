@@ -1,8 +1,10 @@
 """Programs PyTorch must help with: compiled segments, with PyTorch running some ops between them.
 
-Two kinds of op run in PyTorch (*host ops*): a ``torch_fallback`` (an op the
-frontend does not lower: boolean-mask indexing, sort, an op with no lowering)
-and an op the code generator refused (no kernel form yet, a dtype it lacks).
+Three kinds of op run in PyTorch (*host ops*): a ``torch_fallback`` (an op the
+frontend does not lower: sort, an op with no lowering), a ``nonzero`` (the
+positions behind boolean-mask indexing: its result size is known only once it
+has run) and an op the code generator refused (no kernel form yet, a dtype it
+lacks).
 Neither sends the whole graph to the reference executor, op by op in Python.
 The graph is cut at its host ops instead, as BladeDISC clusters what it
 supports and leaves the rest to the host framework: every other op joins the
@@ -21,7 +23,7 @@ segment s + 1.
 Values read by a later segment, a host op or the caller become outputs of
 their segment. Every segment also takes the graph's own inputs, so the dims
 they carry are bound in every segment; dims born at a host op (the count
-``u0`` of a boolean mask) are bound from the results the segment reads.
+``u0`` of a ``nonzero``) are bound from the results the segment reads.
 Constants and index arithmetic are copied into each segment using them.
 """
 
@@ -68,9 +70,15 @@ class SegmentPlan:
     host_tensors: set[Node] = field(default_factory=set)  # tensors the host reads shapes of for index operands
 
 
+def runs_on_host(n: Node) -> bool:
+    """Ops PyTorch runs whatever the code generator can do: a ``torch_fallback``, and a ``nonzero``,
+    whose result size is known only once it has run (a compiled program sizes its buffers before)."""
+    return n.op in ("torch_fallback", "nonzero")
+
+
 def host_ops(graph: Graph, refused: Iterable[Node] = ()) -> set[Node]:
-    """The ops PyTorch runs: every ``torch_fallback``, and the ``refused`` ones (no code generator form)."""
-    return {n for n in graph.nodes if n.op == "torch_fallback"} | set(refused)
+    """The ops PyTorch runs: those that always do (``runs_on_host``) and the ``refused`` ones (no code generator form)."""
+    return {n for n in graph.nodes if runs_on_host(n)} | set(refused)
 
 
 def stages(graph: Graph, host: set[Node]) -> dict[Node, int]:

@@ -154,24 +154,80 @@ def test_scaled_dot_product_attention_lowers_without_decomposition(variant):
 
 
 class MaskSelect(nn.Module):
-    """A boolean-mask index: its count is data-dependent (PyTorch runs it) and torch asserts it >= 0."""
+    """A boolean-mask index: its count is data-dependent, and torch asserts it >= 0."""
 
     def forward(self, x):
         kept = x.flatten()[x.flatten() > 0]
         return kept * 2 + kept.shape[0], torch.tanh(x).sum(dim=1)
 
 
+class SortFirst(nn.Module):
+    def forward(self, x):
+        values = torch.sort(x, dim=-1).values  # core ATen, with no lowering: a fallback
+        return values * 2 + torch.tanh(x).sum(dim=1, keepdim=True)
+
+
 def test_a_core_op_that_falls_back_does_not_send_the_program_to_decomposition():
-    """Decomposing leaves core ATen ops as they are, so it cannot help them; the SymInt
-    comparison of torch's runtime assert lowers rather than falls back."""
+    """Decomposing leaves core ATen ops as they are, so it cannot help them."""
     torch.manual_seed(0)
-    cm = disc.compile(MaskSelect(), (torch.randn(4, 6),), dynamic={"x": {0: "n", 1: "m"}})
+    cm = disc.compile(SortFirst(), (torch.randn(4, 6),), dynamic={"x": {0: "n", 1: "m"}})
     assert cm.report.decomposed_because is None
-    assert cm.report.fallbacks == {"aten.index.Tensor": 1}
+    assert cm.report.fallbacks == {"aten.sort.default": 1}
     for shape in [(4, 6), (1, 1), (3, 7), (1, 9)]:
         x = torch.randn(shape)
         with torch.no_grad():
-            torch.testing.assert_close(cm(x), MaskSelect()(x))
+            torch.testing.assert_close(cm(x), SortFirst()(x))
+
+
+def test_a_boolean_mask_selection_and_its_count_are_compiled():
+    """x[x > 0] gathers at the mask's nonzero positions; the count u0 is used as data too (the
+    SymInt of torch's runtime assert lowers rather than falls back)."""
+    torch.manual_seed(0)
+    cm = disc.compile(MaskSelect(), (torch.randn(4, 6),), dynamic={"x": {0: "n", 1: "m"}})
+    assert cm.report.fallbacks == {} and cm.report.decomposed_because is None
+    assert [n.op for n in cm.graph.nodes].count("nonzero") == 1
+    for shape in [(4, 6), (1, 1), (3, 7), (1, 9), (2, 5)]:
+        x = torch.randn(shape)
+        x[0, 0] = -1.0  # (1, 1): nothing kept
+        with torch.no_grad():
+            want = MaskSelect()(x)
+            got = cm(x)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g, w)
+
+
+class MaskRows(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x[x[:, 0] > 0]) + 1  # a 1-D mask over dim 0
+
+
+class MaskColumns(nn.Module):
+    def forward(self, x):
+        return x[:, x[0] > 0].sum(dim=0) * 2  # a mask over dim 1: the count is the middle dim
+
+
+class MaskGrid(nn.Module):
+    def forward(self, x):
+        keep = x.sum(dim=-1) > 0  # [b, n] over [b, n, c]: two dims become one
+        return torch.cat([x[keep], x[keep].amax(dim=-1, keepdim=True)], dim=-1)
+
+
+@pytest.mark.parametrize("model, rank", [(MaskRows(), 2), (MaskColumns(), 2), (MaskGrid(), 3)], ids=["rows", "columns", "grid"])
+def test_boolean_mask_selections_against_eager(model, rank):
+    torch.manual_seed(0)
+    shapes = {2: [(5, 7), (1, 1), (3, 1), (1, 6), (8, 33)], 3: [(2, 5, 4), (1, 1, 1), (3, 1, 7), (4, 9, 2)]}[rank]
+    cm = disc.compile(model, (torch.randn(*shapes[0]),), dynamic={"x": {k: "abc"[k] for k in range(rank)}})
+    assert cm.report.fallbacks == {}
+    assert cm.report.backend.name == "native-cpu segments", cm.report.backend.reason
+    for k, shape in enumerate(shapes):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(k))
+        if k == 1:
+            x = -x.abs()  # nothing kept
+        with torch.no_grad():
+            want, got = model(x), cm(x)
+        assert got.shape == want.shape, (shape, got.shape, want.shape)
+        torch.testing.assert_close(got, want)
 
 
 class Counter(nn.Module):

@@ -30,7 +30,9 @@ import torch
 import torch.nn.functional as F
 
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import OPS, get_spec
+from disc.ir.parser import parse_graph
+from disc.ir.printer import print_graph
+from disc.ir.registry import OPS, ShapeRuleError, get_spec
 from disc.ir.types import DTYPES, FLOAT_DTYPES, IndexType, TensorType
 from disc.shape.expr import as_expr
 
@@ -778,6 +780,58 @@ case(
     ENVS2,
 )
 
+
+
+def mask_with(count: str):
+    """A bool mask with exactly env[count] true elements, at random positions."""
+
+    def make(shape, env, gen):
+        flat = torch.zeros(shape, dtype=torch.bool).reshape(-1)
+        flat[torch.randperm(flat.numel(), generator=gen)[: env[count]]] = True
+        return flat.reshape(shape)
+
+    return make
+
+
+# The count is a symbol the rule declares (data-dependent): the envs fix it through the masks made.
+case(
+    "nonzero",
+    [("m", "i1", ("a",))],
+    lambda g, m: g.add("nonzero", [m], {"count": "cnt"}),
+    lambda m: torch.nonzero(m).reshape(-1),
+    None,
+    [{"a": 0, "cnt": 0}, {"a": 1, "cnt": 1}, {"a": 1, "cnt": 0}, {"a": 9, "cnt": 4}, {"a": 5, "cnt": 5}],
+    make={"m": mask_with("cnt")},
+)
+case(
+    "nonzero",
+    [("m", "i1", (7,))],
+    lambda g, m: g.add("nonzero", [m], {"count": "cnt"}),
+    lambda m: torch.nonzero(m).reshape(-1),
+    None,
+    [{"cnt": 3}, {"cnt": 7}],
+    make={"m": mask_with("cnt")},
+)
+
+
+def test_a_nonzero_count_is_a_symbol_of_its_own_bounded_by_a_static_mask():
+    g = Graph()
+    a = g.constraints.declare("a", source="test")
+    dynamic = g.add("nonzero", [g.add_input("m", T("i1", a))], {"count": "k"})
+    static = g.add("nonzero", [g.add_input("s", T("i1", 7))], {"count": "j"})
+    assert str(dynamic.type) == "i64[k]" and g.constraints.bounds(dynamic.shape[0]) == (0, float("inf"))
+    assert g.constraints.bounds(static.shape[0]) == (0, 7)
+    g.outputs = [dynamic, static]
+    text = print_graph(g)
+    assert print_graph(parse_graph(text)) == text
+
+
+def test_nonzero_takes_a_flat_mask():
+    g = Graph()
+    with pytest.raises(ShapeRuleError, match="1-D i1"):
+        g.add("nonzero", [g.add_input("m", T("i1", 2, 3))], {"count": "k"})
+    with pytest.raises(ShapeRuleError, match="1-D i1"):
+        g.add("nonzero", [g.add_input("f", T("f32", 3))], {"count": "k"})
 
 # -- nn ----------------------------------------------------------------------------------------------
 def first_arg(x, axis, pick_max):

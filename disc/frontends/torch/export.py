@@ -149,8 +149,8 @@ def _refuse_mutations(ep: Any, name: str) -> None:
 
 
 def _decomposes_a_fallback(ep: Any, importer: Importer) -> bool:
-    """Would decomposing rewrite an op that fell back? Core ATen ops (a boolean-mask
-    ``index``) come out of the re-trace as they went in, and fall back again."""
+    """Would decomposing rewrite an op that fell back? Core ATen ops (``sort``)
+    come out of the re-trace as they went in, and fall back again."""
     table = _decompositions(ep)
     return any(not _kept_by_decomposition(f.target, table) for f in importer.fallbacks.values())
 

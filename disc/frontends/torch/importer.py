@@ -152,6 +152,7 @@ class Importer:
         self.graph = Graph(name=name)
         self.symbols: dict[sympy.Symbol, SymExpr] = {}
         self.index_cache: dict[SymExpr, Node] = {}
+        self.mask_positions: dict[Node, Node] = {}  # a boolean mask -> its nonzero (one count per mask)
         self.fallbacks: dict[str, Fallback] = {}
         self.fallback_counts: dict[str, int] = {}
         self.env: dict[torch.fx.Node, Any] = {}

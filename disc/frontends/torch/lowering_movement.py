@@ -210,11 +210,44 @@ def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
     axis = present[0]
     idx = indices[axis]
     if idx.dtype == "i1":
-        raise LoweringError("boolean mask indexing (data-dependent shape)")
+        return _mask_select(ctx, fx_node, x, axis, idx)
     flat = reshape(ctx, idx, [idx.tensor_type.numel()])
     picked = ctx.graph.add("index_select", (x, flat), {"axis": axis})
     shape = [*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :]]
     return reshape(ctx, picked, shape)
+
+
+def _mask_select(ctx: Importer, fx_node, x: Node, axis: int, mask: Node) -> Node:
+    """``x[..., mask]``: the dims ``mask`` covers become one, of the data-dependent count of its true elements.
+
+    The covered dims are flattened and gathered at the mask's true positions
+    (``nonzero``). Every indexing by one mask shares one ``nonzero``, so its
+    results provably have the same count (a detector's boxes and scores).
+    """
+    k = mask.tensor_type.rank
+    if k == 0:
+        raise LoweringError("indexing by a 0-d boolean mask")
+    covered = x.shape[axis : axis + k]
+    if len(covered) != k:
+        raise LoweringError(f"a {k}-d mask indexes dims {axis}..{axis + k - 1} of a {x.tensor_type.rank}-d tensor")
+    c = ctx.graph.constraints
+    for d, (m, n) in enumerate(zip(mask.shape, covered)):
+        if c.prove_not_equal(m, n):
+            raise LoweringError(f"boolean mask dim {d} is {m} but the indexed tensor's dim {axis + d} is {n}")
+        c.assume_equal(m, n, f"boolean mask dim {d} must equal the indexed dim {axis + d}")
+    val = fx_node.meta.get("val")
+    count = ctx.sym_to_expr(val.shape[axis]) if isinstance(val, torch.Tensor) else None
+    positions = ctx.mask_positions.get(mask)
+    if positions is None:
+        name = count.as_symbol() if isinstance(count, SymExpr) else None
+        flat_mask = reshape(ctx, mask, [mask.tensor_type.numel()])
+        positions = ctx.graph.add("nonzero", (flat_mask,), {"count": name or c.new_symbol("nnz").as_symbol()})
+        ctx.mask_positions[mask] = positions
+        ctx.register_dims(positions)
+    elif isinstance(count, SymExpr):
+        c.add_equal(count, positions.shape[0])  # torch names each indexing's count anew; one mask, one count
+    rows = reshape(ctx, x, [*x.shape[:axis], product(covered), *x.shape[axis + k :]])
+    return ctx.graph.add("index_select", (rows, positions), {"axis": axis})
 
 
 @lower(aten.gather.default)

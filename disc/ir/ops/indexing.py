@@ -1,4 +1,4 @@
-"""Indexing and layout ops: slice, concat, pad, gather, index_select, scatter_add, cumsum.
+"""Indexing and layout ops: slice, concat, pad, gather, index_select, scatter_add, cumsum, nonzero.
 
 Conventions shared by this module:
 
@@ -9,6 +9,8 @@ Conventions shared by this module:
   rule records what it could not prove as run-time checks.
 * Index tensors are i64, as in torch (``index_select`` also takes i32).
   Index *values* out of range are a run-time data error, not a shape fact.
+* ``nonzero`` is the one op whose result size depends on data: its count is a
+  symbol of its own (``count`` attribute), known only once the op has run.
 * Where torch requires one dim to be at least another (``gather``'s index may
   be smaller than its source), the rule proves it or records a ``>=`` check.
 """
@@ -240,3 +242,21 @@ def _cumsum_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, A
 def cumsum(x: torch.Tensor, *, axis: int) -> torch.Tensor:
     """Inclusive prefix sum along ``axis``, in x's dtype (the frontend makes torch's promotion explicit)."""
     return torch.cumsum(x, dim=axis, dtype=x.dtype)
+
+
+# -- nonzero ------------------------------------------------------------------------------------
+def _nonzero_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    mask = tensor(types[0], "nonzero", "operand mask")
+    ctx.check(mask.rank == 1 and mask.dtype == "i1", f"operand mask must be a 1-D i1 tensor, got {mask}")
+    name = attrs["count"]
+    ctx.check(isinstance(name, str) and name.isidentifier(), f"attribute count must name a symbol, got {name!r}")
+    # The count lies in [0, len(mask)]; only a static length gives the range a finite end.
+    n = ctx.normalize(mask.shape[0])
+    hi = n if isinstance(n, int) else None
+    return (ctx.constraints.new_symbol(name=name, lo=0, hi=hi, source=f"nonzero count of a mask of {mask.shape[0]}"),)
+
+
+@register("nonzero", "mask", attrs={"count": REQUIRED}, dtype=lambda types, attrs: "i64", shape=_nonzero_rule, category=MOVEMENT)
+def nonzero(mask: torch.Tensor, *, count: str) -> torch.Tensor:
+    """The positions of ``mask``'s true elements, ascending: ``count`` of them, a size known only at run time."""
+    return torch.nonzero(mask).reshape(-1)
