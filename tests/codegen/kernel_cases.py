@@ -81,6 +81,13 @@ class ConcatThree(nn.Module):
         return torch.cat([x, y * 2, x - 1], dim=-1), torch.cat([y, x[:, :1], y], dim=1)
 
 
+class ReshapeByWidth(nn.Module):
+    """reshape(-1, 2 * b): the -1 is a run-time quotient of products, (a * b) // (2 * b)."""
+
+    def forward(self, x):
+        return x.reshape(-1, x.shape[1] * 2) * 2
+
+
 class Attention(nn.Module):
     def __init__(self, h: int = 4, d: int = 8) -> None:
         super().__init__()

@@ -26,6 +26,7 @@ from kernel_cases import (
     Movement,
     Norms,
     Powers,
+    ReshapeByWidth,
     RowSum,
     check_against_eager,
 )
@@ -230,11 +231,6 @@ def test_shape_errors_from_the_generated_checks():
     cm = _compile(m, (torch.randn(2, 4, 5, 5), torch.ones(2, 5)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}})
     with pytest.raises(disc.ShapeError):
         cm(torch.randn(2, 4, 5, 5), torch.ones(2, 6))
-
-
-class ReshapeByWidth(nn.Module):
-    def forward(self, x):
-        return x.reshape(-1, x.shape[1] * 2) * 2
 
 
 def test_a_run_time_division_by_zero_is_a_shape_error_not_a_crash():

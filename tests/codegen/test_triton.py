@@ -33,6 +33,7 @@ from kernel_cases import (
     Norms,
     PoolWithIndices,
     Powers,
+    ReshapeByWidth,
     RowSum,
     check_against_eager,
     check_floor_div,
@@ -326,11 +327,6 @@ def test_shape_errors_come_from_the_generated_checks():
     x, y = _on(torch.randn(4, 9), torch.randn(4, 8))
     with pytest.raises(ShapeError, match="input 1 dim 1"):
         ex.run([x, y])
-
-
-class ReshapeByWidth(nn.Module):
-    def forward(self, x):
-        return x.reshape(-1, x.shape[1] * 2) * 2
 
 
 def test_a_run_time_quotient_of_products_and_a_zero_divisor():
