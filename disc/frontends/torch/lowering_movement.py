@@ -232,9 +232,10 @@ def _mask_select(ctx: Importer, fx_node, x: Node, axis: int, mask: Node) -> Node
         raise LoweringError(f"a {k}-d mask indexes dims {axis}..{axis + k - 1} of a {x.tensor_type.rank}-d tensor")
     c = ctx.graph.constraints
     for d, (m, n) in enumerate(zip(mask.shape, covered)):
-        if c.prove_not_equal(m, n):
-            raise LoweringError(f"boolean mask dim {d} is {m} but the indexed tensor's dim {axis + d} is {n}")
-        c.assume_equal(m, n, f"boolean mask dim {d} must equal the indexed dim {axis + d}")
+        try:
+            c.assume_equal(m, n, f"boolean mask dim {d} must equal the indexed dim {axis + d}")
+        except ValueError as e:  # provably different
+            raise LoweringError(str(e)) from e
     val = fx_node.meta.get("val")
     count = ctx.sym_to_expr(val.shape[axis]) if isinstance(val, torch.Tensor) else None
     positions = ctx.mask_positions.get(mask)
