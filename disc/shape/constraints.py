@@ -291,8 +291,13 @@ class ShapeConstraints:
         if op not in ("==", "!=", ">=", "%"):
             raise ValueError(f"unknown runtime check operator {op!r}")
         check = RuntimeCheck(as_expr(lhs), op, as_expr(rhs), reason)
-        if check not in self.checks:
+        # One check per condition: two ops needing the same fact (a view's -1 and the division
+        # computing it) are checked once, under the first reason given.
+        same = next((k for k in self.checks if (k.lhs, k.op, k.rhs) == (check.lhs, op, check.rhs)), None)
+        if same is None:
             self.checks.append(check)
+        else:
+            check = same
         if op == "==":
             self.add_equal(lhs, rhs)
             return check

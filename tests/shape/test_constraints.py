@@ -376,6 +376,7 @@ def test_assume_records_checks_used_by_proofs():
     assert c.prove_equal(a, b)
     assert c.assume(a, "==", b, "add operands") is not None and len(c.checks) == 1  # deduplicated
     assert c.describe()[-1] == "checked at run time: a == b  [add operands]"
+    assert c.assume(a, "==", b, "another op") is chk and len(c.checks) == 1  # one check per condition, first reason
     c.assume(a, ">=", 4, "speculation")
     assert c.bounds(b) == (4, INF) and c.prove_not_one(a)
     c.assume(b, "%", 8, "vectorize")
