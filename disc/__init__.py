@@ -21,9 +21,18 @@ __all__ = [
     "compile",
     "explain",
     "load",
+    "release_memory",
     "reports",
     "save",
 ]
+
+
+def release_memory() -> int:
+    """Give back the memory compiled CPU programs keep between calls (the calling thread's workspace,
+    freed outputs held for reuse); returns the bytes freed. The next call allocates afresh."""
+    from disc.runtime.native import release_memory as release  # imported on use: it loads the code generator
+
+    return release()
 
 
 def _register_backend() -> None:

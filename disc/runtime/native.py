@@ -112,7 +112,22 @@ def step_profile(native: NativeBuild) -> list[dict]:
     return out
 
 
+def _torch_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype)
+
+
 _THREAD_WORKSPACE = threading.local()  # .workspace: the calling thread's kept workspace
+
+
+def release_memory() -> int:
+    """Give back the memory native programs keep between calls: the calling thread's workspace
+    (other threads keep theirs) and the freed output blocks the RAL holds for reuse. The next call
+    allocates afresh. Returns the bytes freed."""
+    from disc.runtime.ral import release_cached_outputs
+
+    ws = getattr(_THREAD_WORKSPACE, "workspace", None)
+    _THREAD_WORKSPACE.workspace = None
+    return (ws.numel() if ws is not None else 0) + release_cached_outputs()
 
 
 class NativeExecutor:
@@ -148,6 +163,8 @@ class NativeExecutor:
         self._out_ptrs_t = ctypes.c_void_p * max(len(self._out_meta), 1)
         self._out_specs = lp.outputs
         self._local = _THREAD_WORKSPACE
+        # Large outputs reuse freed ones' memory (see OutputCache) where the RAL has the cache.
+        self._empty = self.ral.outputs.empty if self.ral.outputs is not None else _torch_empty
 
     def _workspace(self, nbytes: int) -> torch.Tensor:
         """This thread's workspace, at least ``nbytes`` (+64 for alignment).
@@ -195,7 +212,7 @@ class NativeExecutor:
             shape = tuple(out_dims[pos : pos + rank])
             pos += rank
             if out is None:
-                outs.append(torch.empty(shape, dtype=dtype))
+                outs.append(self._empty(shape, dtype))
                 continue
             given = out[k]
             if tuple(given.shape) != shape or given.dtype != dtype or not given.is_contiguous():

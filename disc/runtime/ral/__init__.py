@@ -10,7 +10,10 @@ mirror ``ral.h`` field for field; tests compare their layout with the C compiler
 from __future__ import annotations
 
 import ctypes
+import math
+import os
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +199,73 @@ def conv2d_args(
     return args, out
 
 
+# PyCapsule_New(pointer, name, destructor): the name must outlive the capsule, so it is a module constant.
+_DLTENSOR = b"dltensor"
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class OutputCache:
+    """Output tensors whose memory the RAL reuses once torch frees them (``ral_cpu.cc``'s ``OutputCache``).
+
+    A fresh output of a megabyte or more arrives from the OS as untouched pages that the kernel
+    faults in as it writes them; a freed output's block is kept instead, and `empty` hands it to
+    the next call of about that size. Blocks reach torch through DLPack, so a block returns to the
+    cache only when torch frees the tensor's storage: after the last view of it, never while one
+    lives. Smaller outputs come from ``torch.empty`` (malloc reuses them without faulting).
+    """
+
+    MIN_BYTES = 1 << 20
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._take = lib.disc_ral_cpu_output_take
+        self._take.restype, self._take.argtypes = _ptr, [_i64]
+        self._give_back = lib.disc_ral_cpu_output_give_back
+        self._give_back.restype, self._give_back.argtypes = None, [_ptr]
+        self._release = lib.disc_ral_cpu_output_cache_release
+        self._release.restype, self._release.argtypes = _i64, []
+        self._limit = lib.disc_ral_cpu_output_cache_limit
+        self._limit.restype, self._limit.argtypes = _i64, [_i64]
+        self._stat = lib.disc_ral_cpu_output_cache_stat
+        self._stat.restype, self._stat.argtypes = _i64, [_i32]
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised contiguous tensor, as ``torch.empty(shape, dtype=dtype)``."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes < self.MIN_BYTES:
+            return torch.empty(shape, dtype=dtype)
+        managed = self._take(nbytes)
+        if not managed:  # out of memory: torch.empty reports it in torch's words
+            return torch.empty(shape, dtype=dtype)
+        try:
+            flat = torch.from_dlpack(_capsule_new(managed, _DLTENSOR, None))
+        except BaseException:
+            self._give_back(managed)
+            raise
+        return flat.view(dtype).view(shape)
+
+    def release(self) -> int:
+        """Give every cached block back to the OS; returns the bytes freed."""
+        return self._release()
+
+    def set_limit(self, max_blocks: int) -> int:
+        """Keep at most ``max_blocks`` freed blocks (0: none); returns the previous limit."""
+        return self._limit(max_blocks)
+
+    def stats(self) -> dict[str, int]:
+        """Cached blocks and bytes now, and how many requests were served from the cache or allocated."""
+        return {"blocks": self._stat(0), "bytes": self._stat(1), "hits": self._stat(2), "misses": self._stat(3)}
+
+
+_output_caches: weakref.WeakSet[OutputCache] = weakref.WeakSet()  # of every RAL opened (a saved program carries its own)
+
+
+def release_cached_outputs() -> int:
+    """Give every RAL's cached output blocks back to the OS; returns the bytes freed."""
+    return sum(cache.release() for cache in list(_output_caches))
+
+
 @dataclass(frozen=True)
 class Ral:
     """A loaded RAL.
@@ -210,6 +280,7 @@ class Ral:
     functions: RalTable
     table: int
     gemm_library: str
+    outputs: OutputCache | None  # None for a RAL saved before it had one: outputs come from torch.empty
     Ctx = Ctx  # so callers holding a Ral need no second import
 
     def gemm(
@@ -336,7 +407,16 @@ def open_ral(path: Path) -> Ral:
     if table.abi_version != ABI_VERSION:
         raise RuntimeFailure(f"disc RAL: {path} has ABI {table.abi_version}, expected {ABI_VERSION}")
     address = ctypes.cast(table_ptr, ctypes.c_void_p).value or 0
-    return Ral(lib, path, table, address, table.gemm_library.decode())
+    outputs = OutputCache(lib) if hasattr(lib, "disc_ral_cpu_output_take") else None
+    if outputs is not None:
+        _output_caches.add(outputs)
+    limit = os.environ.get("DISC_OUTPUT_CACHE_BLOCKS")
+    if outputs is not None and limit:
+        try:
+            outputs.set_limit(int(limit))
+        except ValueError:
+            raise ValueError(f"DISC_OUTPUT_CACHE_BLOCKS must be a whole number of blocks, got {limit!r}") from None
+    return Ral(lib, path, table, address, table.gemm_library.decode(), outputs)
 
 
-__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral", "open_ral"]
+__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "OutputCache", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral", "open_ral", "release_cached_outputs"]

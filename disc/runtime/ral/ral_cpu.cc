@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1201,6 +1202,182 @@ extern "C" __attribute__((visibility("default"))) void disc_ral_cpu_hold_constan
   (void)constants, (void)n, (void)held;
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------
+// Output buffers for the plug-in host (not part of the ABI: generated programs never call these).
+//
+// A call's outputs go to its caller, so they cannot live in the kept workspace. A fresh buffer of a
+// megabyte or more comes from the OS as untouched pages, which the kernel writing it faults in one
+// by one after the OS zeroes them: on the 2-core EPYC VM a fresh 96 MB output cost 30 ms to write
+// where reused memory took 7 ms, more than the fused kernel itself. So a freed output comes back
+// here rather than to the OS, and the next call of about its size reuses it. The host wraps a block
+// as a torch tensor through DLPack (the legacy `DLManagedTensor`, whose layout below is the DLPack
+// spec's); torch calls `deleter` once the last view of it is gone, on whichever thread that is.
+//
+// Bounds: at most `max_blocks` cached blocks (the least recently returned go first), and a block
+// serves only requests of at least half its capacity, so reuse never more than doubles an
+// output's memory. `disc_ral_cpu_output_cache_release` gives every cached block back to the OS.
+namespace {
+
+struct DLDevice { int32_t device_type, device_id; };     // kDLCPU = 1
+struct DLDataType { uint8_t code, bits; uint16_t lanes; };  // kDLUInt = 1
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+
+class OutputCache {
+ public:
+  // A 1-D uint8 DLPack tensor of `bytes` bytes (page-aligned data), or nullptr if out of memory.
+  DLManagedTensor* take(int64_t bytes) {
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t best = cached_.size();
+      for (size_t i = 0; i < cached_.size(); ++i) {
+        const int64_t cap = cached_[i]->capacity;
+        if (cap >= bytes && cap / 2 <= bytes && (best == cached_.size() || cap < cached_[best]->capacity)) best = i;
+      }
+      if (best < cached_.size()) {
+        block = cached_[best];
+        cached_.erase(cached_.begin() + static_cast<std::ptrdiff_t>(best));
+        ++hits_;
+      } else {
+        ++misses_;
+      }
+    }
+    if (block == nullptr) {
+      const int64_t capacity = (std::max<int64_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+      void* data = std::aligned_alloc(kPage, static_cast<size_t>(capacity));
+      if (data == nullptr) return nullptr;
+      block = new Block();
+      block->capacity = capacity;
+      block->managed.dl_tensor.data = data;
+      block->managed.dl_tensor.device = {1, 0};
+      block->managed.dl_tensor.ndim = 1;
+      block->managed.dl_tensor.dtype = {1, 8, 1};
+      block->managed.dl_tensor.shape = &block->size;
+      block->managed.dl_tensor.strides = &block->stride;
+      block->managed.manager_ctx = this;
+      block->managed.deleter = &OutputCache::deleter;
+    }
+    block->size = bytes;
+    return &block->managed;
+  }
+
+  // The tensor's last user is gone: keep its block for a later call.
+  void give_back(DLManagedTensor* managed) {
+    Block* block = reinterpret_cast<Block*>(managed);  // `managed` is a Block's first member
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cached_.push_back(block);
+    }
+    trim();
+  }
+
+  // Frees every cached block; returns the bytes given back.
+  int64_t release() {
+    std::vector<Block*> all;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      all.swap(cached_);
+    }
+    int64_t bytes = 0;
+    for (Block* b : all) {
+      bytes += b->capacity;
+      destroy(b);
+    }
+    return bytes;
+  }
+
+  int64_t set_max_blocks(int64_t n) {
+    int64_t old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      old = max_blocks_;
+      max_blocks_ = std::max<int64_t>(n, 0);
+    }
+    trim();
+    return old;
+  }
+
+  // 0: cached blocks, 1: their bytes, 2: requests served from the cache, 3: requests that allocated.
+  int64_t stat(int32_t which) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t bytes = 0;
+    for (const Block* b : cached_) bytes += b->capacity;
+    switch (which) {
+      case 0: return static_cast<int64_t>(cached_.size());
+      case 1: return bytes;
+      case 2: return hits_;
+      case 3: return misses_;
+      default: return -1;
+    }
+  }
+
+ private:
+  struct Block {
+    DLManagedTensor managed;  // first: a DLManagedTensor* is its Block*
+    int64_t size = 0, stride = 1, capacity = 0;
+  };
+  static constexpr int64_t kPage = 4096;
+
+  static void deleter(DLManagedTensor* managed) { static_cast<OutputCache*>(managed->manager_ctx)->give_back(managed); }
+  static void destroy(Block* b) {
+    std::free(b->managed.dl_tensor.data);
+    delete b;
+  }
+  void trim() {
+    std::vector<Block*> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (static_cast<int64_t>(cached_.size()) > max_blocks_) {
+        evicted.push_back(cached_.front());
+        cached_.erase(cached_.begin());
+      }
+    }
+    for (Block* b : evicted) destroy(b);
+  }
+
+  std::mutex mu_;
+  std::vector<Block*> cached_;  // least recently returned first
+  int64_t max_blocks_ = 4;
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+// Never destroyed: tensors torch frees during interpreter shutdown still call its deleter.
+OutputCache& output_cache() {
+  static OutputCache* cache = new OutputCache();
+  return *cache;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) void* disc_ral_cpu_output_take(int64_t bytes) { return output_cache().take(bytes); }
+
+// For a tensor the host took but could not hand to torch: back to the cache as if torch had freed it.
+extern "C" __attribute__((visibility("default"))) void disc_ral_cpu_output_give_back(void* managed) {
+  output_cache().give_back(static_cast<DLManagedTensor*>(managed));
+}
+
+extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_output_cache_release(void) { return output_cache().release(); }
+
+// Sets the most blocks kept (0: none, every freed output goes back to the OS); returns the old limit.
+extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_output_cache_limit(int64_t max_blocks) {
+  return output_cache().set_max_blocks(max_blocks);
+}
+
+extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_output_cache_stat(int32_t which) { return output_cache().stat(which); }
 
 extern "C" __attribute__((visibility("default"))) const disc_ral* disc_ral_cpu(void) {
   static const disc_ral table = {DISC_RAL_ABI_VERSION, library_name(), ral_error,         ral_alloc,
