@@ -220,7 +220,7 @@ class _Planner:
             elif not self._one_row_space(gp, gn):
                 self.refused.append(Refusal(p, via, "their reductions reduce different rows (other dims or lengths)"))
             elif self._reads_other_rows(gp, gn):
-                self.refused.append(Refusal(p, via, "a transpose or reshape would read reduction results at rows other than the one being computed"))
+                self.refused.append(Refusal(p, via, "a transpose, reshape or broadcast would read reduction results at rows other than the one being computed"))
             elif self._creates_cycle(gp, gn):
                 self.refused.append(Refusal(p, via, "one kernel would depend on itself through another kernel"))
             else:
@@ -297,6 +297,8 @@ class _Planner:
         merged = set(self.members[a]) | set(self.members[b])
         if not any(_fusible_kind(m) == "reduction" for m in merged):
             return False
+        if any(t.op == "broadcast_in_dim" and _spreads_other_rows(t, merged) for t in merged):
+            return True
         for t in merged:
             if not self._moves_rows(t, merged):
                 continue
@@ -380,6 +382,26 @@ class _Planner:
         self.spaces[b] += self.spaces[a]
         self.members[a] = []
         self.spaces[a] = []
+
+
+def _spreads_other_rows(t: Node, merged: set[Node]) -> bool:
+    """Does broadcast ``t`` put a reduction's result (or a value computed from it in ``merged``)
+    anywhere but back on the rows it reduced? ``x - x.amax(1)`` on an [n, n] tensor subtracts
+    row j's max from column j: a row kernel has not computed row j yet."""
+    stack, seen = [t.inputs[0]], set()
+    while stack:
+        x = stack.pop()
+        if x in seen or x not in merged:
+            continue
+        seen.add(x)
+        if _fusible_kind(x) == "reduction":
+            rank = len(x.inputs[0].shape)
+            kept = list(range(rank)) if x.attrs.get("keepdim") else [d for d in range(rank) if d not in set(x.attrs["dims"])]
+            if len(t.shape) != rank or list(t.attrs["dims"]) != kept:
+                return True
+            continue
+        stack.extend(x.inputs)
+    return False
 
 
 def _why_alone(p: Node) -> str:

@@ -4,6 +4,7 @@ and the float functions disc writes itself (exp, GELU) against float64 over thei
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -77,3 +78,52 @@ def test_exp_is_accurate_over_its_range_including_subnormal_results():
 def test_floor_div_takes_the_floor_of_the_exact_quotient():
     a, b = floor_div_edge_cases()
     check_floor_div(_native("floor_div", 2).run([a, b])[0], a, b)
+
+
+class _ExpMinusRowMax(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x - x.amax(-1, keepdim=True))
+
+
+class _ExpMinusOtherRowsMax(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x - x.amax(1))  # [n, n]: column j gets row j's max, so x - max may be > 0
+
+
+def _compiled_source(model: torch.nn.Module, x: torch.Tensor, dynamic: dict[int, str]):
+    import disc
+
+    cm = disc.compile(model, (x,), dynamic={"x": dynamic}, backend="native")
+    return cm, cm.executor.native.source.text
+
+
+def test_exp_of_a_value_minus_its_row_max_equals_exp_bit_for_bit():
+    """exp(x - max(x)) (every softmax) uses an exp for arguments <= 0 with fewer operations; its
+    results must be disc_exp's, subnormals, zeros, inf rows and NaN rows included."""
+    gen = torch.Generator().manual_seed(5)
+    sweep = torch.linspace(-110.0, 0.0, 8 * 4001)[: 8 * 4000].reshape(8, 4000)  # each row's max is near 0
+    rows = torch.cat([sweep, torch.randn(3, 4000, generator=gen) * 30, torch.full((1, 4000), -float("inf"))])
+    rows[9, 7], rows[10, 3] = float("nan"), float("inf")  # a row with a NaN, a row whose max is inf
+    cm, source = _compiled_source(_ExpMinusRowMax(), rows, {0: "n", 1: "m"})
+    assert re.search(r"disc_exp_nonpositive_arg\(v\d+\)", source)
+    got = cm(rows)
+    shifted = rows - rows.amax(-1, keepdim=True)
+    full = _native("exp").run([shifted.flatten()])[0].reshape(got.shape)
+    torch.testing.assert_close(got, full, rtol=0, atol=0, equal_nan=True)  # disc_exp's results, bit for bit
+    want = torch.exp(shifted.double())
+    normal = want > 1.2e-38
+    assert _relative_error(got[normal], want[normal]).max().item() < 2.4e-7
+    assert ((got[~normal & ~want.isnan()].double() - want[~normal & ~want.isnan()]).abs() <= 1.5e-45).all()
+    assert torch.equal(got.isnan(), want.isnan()) and got[9].isnan().all() and got[11].isnan().all()
+    assert got[10, 3].isnan() and (got[10, :3] == 0).all()  # inf - inf, then -inf: exp 0
+    for n in (1, 5):  # 1-sized and odd row counts
+        x = torch.randn(n, 33, generator=gen) * 50
+        torch.testing.assert_close(cm(x), torch.exp(x - x.amax(-1, keepdim=True)), rtol=2e-7, atol=1e-45)
+
+
+def test_exp_of_a_value_minus_another_rows_max_keeps_the_full_exp():
+    x = torch.randn(6, 6) * 20
+    x[0, 5] = 80.0  # x[0, 5] - max(row 5) can be far above 0
+    cm, source = _compiled_source(_ExpMinusOtherRowsMax(), x, {0: "n", 1: "n"})
+    assert not re.search(r"disc_exp_nonpositive_arg\(v\d+\)", source)
+    torch.testing.assert_close(cm(x), torch.exp(x - x.amax(1)), rtol=2e-7, atol=0)

@@ -126,6 +126,28 @@ def test_transposed_softmax_is_not_fused_into_the_row_kernel() -> None:
     assert any("rows other than the one being computed" in r.reason for r in plan.refused)
 
 
+def test_a_reduction_broadcast_onto_other_rows_is_not_stitched() -> None:
+    class MinusOtherRowsMax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.exp(x - x.amax(1))  # [n, n]: column j subtracts row j's max
+
+    class MinusOwnRowsMax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.exp(x - x.amax(1, keepdim=True))
+
+    square = (torch.randn(6, 6),)
+    other = plan_of(MinusOtherRowsMax(), square, {"x": {0: "n", 1: "n"}})
+    assert [g.kind for g in other.groups] == ["input", "loop"]
+    assert any("transpose, reshape or broadcast would read" in r.reason for r in other.refused)
+    own = plan_of(MinusOwnRowsMax(), square, {"x": {0: "n", 1: "n"}})
+    assert [g.kind for g in own.groups] == ["stitch"]
+    compiled = disc.compile(MinusOtherRowsMax(), square, dynamic={"x": {0: "n", 1: "n"}})
+    assert compiled.report.backend.name == "native-cpu"  # it fell back to the reference executor
+    for n in (1, 4, 9):
+        x = torch.randn(n, n) * 3
+        torch.testing.assert_close(compiled(x), torch.exp(x - x.amax(1)), rtol=2e-6, atol=0)
+
+
 def test_groups_run_after_the_groups_they_read() -> None:
     class EarlyAndLate(torch.nn.Module):
         def __init__(self) -> None:

@@ -215,6 +215,8 @@ class _Emitter:
         op = n.op
         t = C_TYPES[n.dtype]
         spec = get_spec(op)
+        if op == "exp" and minus_its_max(n.inputs[0]):
+            return f"disc_exp_nonpositive_arg({self.value(n.inputs[0], idx)})"
         if op in UNARY:
             return UNARY[op].format(self.value(n.inputs[0], idx))
         if op in BINARY:
@@ -482,6 +484,21 @@ def _reduce_init(kind: str, dtype: str) -> str:
     """The C++ identity of a reduction ``kind`` in ``dtype`` (integers have no infinity)."""
     table = REDUCE_INIT_INT if dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT
     return table[kind].format(t=C_TYPES[dtype])
+
+
+def minus_its_max(x: Node) -> bool:
+    """Whether ``x`` is ``a - max(a)``, the max taken over some dims of ``a`` and broadcast back
+    along them: then every element is <= 0 or NaN (a - b rounds to <= 0 where a <= b)."""
+    if x.op != "sub" or x.inputs[1].op != "broadcast_in_dim":
+        return False
+    a, spread = x.inputs
+    peak = spread.inputs[0]
+    if peak.op != "reduce" or peak.attrs["kind"] != "max" or peak.inputs[0] is not a:
+        return False
+    rank, reduced = len(a.shape), set(peak.attrs["dims"])
+    kept = list(range(rank)) if peak.attrs.get("keepdim") else [d for d in range(rank) if d not in reduced]
+    # Each element of a must meet its own row's max: kept dims broadcast back onto themselves.
+    return list(spread.attrs["dims"]) == kept and len(spread.shape) == rank
 
 
 def _atomic(expr: str) -> str:

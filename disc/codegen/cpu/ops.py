@@ -175,6 +175,20 @@ static inline float disc_exp(float x) {
   return p * s1 * s2;
 }
 static inline double disc_exp(double x) { return std::exp(x); }
+// disc_exp for x <= 0 or NaN (x minus its row's max, as in every softmax), bit for bit, in fewer
+// operations: no upper clamp, and 2^n as one scale 2^(n+64) (a normal float for every n >= -151)
+// times 2^-64, which rounds once into the subnormals as disc_exp's two halves do. Masked softmax
+// at 96 MB on the AVX2 EPYC: 13.8 -> 11.7 ms a call.
+static inline float disc_exp_nonpositive_arg(float x) {
+  x = x < -104.0f ? -104.0f : x;
+  int32_t tb;
+  const float p = disc_exp_taylor<7>(disc_exp_reduce(x, &tb));
+  const int32_t bits = (tb - 0x4B400000 + 64 + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale * 5.42101086242752217e-20f;  // 2^-64
+}
+static inline double disc_exp_nonpositive_arg(double x) { return std::exp(x); }
 
 // random_uniform (disc/ir/ops/random.py): a SplitMix64 mix of (seed, site, position), the same bits
 // as the reference; 64-bit multiplies vectorise with AVX-512DQ.
