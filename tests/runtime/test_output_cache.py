@@ -99,6 +99,18 @@ def test_a_block_never_serves_a_request_under_half_its_size(compiled, cache):
     assert cache.stats()["blocks"] == 1
 
 
+def test_a_larger_request_frees_the_cached_blocks_too_small_for_it(compiled, cache):
+    _, cm = compiled
+    with torch.no_grad():
+        for rows in (1100, 300):
+            cm(*_inputs(rows))  # returned to the cache at once: 4.4 and 1.2 MB blocks (too big for 1.2)
+        assert cache.stats()["blocks"] == 2
+        big = cm(*_inputs(2000))  # 8 MB: neither serves it, and neither is kept beside it
+        assert cache.stats()["blocks"] == 0
+        del big
+    assert cache.stats()["blocks"] == 1
+
+
 def test_a_live_view_keeps_its_block_out_of_the_cache(compiled, cache):
     model, cm = compiled
     with torch.no_grad():

@@ -1214,9 +1214,10 @@ extern "C" __attribute__((visibility("default"))) void disc_ral_cpu_hold_constan
 // as a torch tensor through DLPack (the legacy `DLManagedTensor`, whose layout below is the DLPack
 // spec's); torch calls `deleter` once the last view of it is gone, on whichever thread that is.
 //
-// Bounds: at most `max_blocks` cached blocks (the least recently returned go first), and a block
+// Bounds: at most `max_blocks` cached blocks (the least recently returned go first); a block
 // serves only requests of at least half its capacity, so reuse never more than doubles an
-// output's memory. `disc_ral_cpu_output_cache_release` gives every cached block back to the OS.
+// output's memory; a request no cached block can serve first frees the cached blocks smaller than
+// it. `disc_ral_cpu_output_cache_release` gives every cached block back to the OS.
 namespace {
 
 struct DLDevice { int32_t device_type, device_id; };     // kDLCPU = 1
@@ -1241,6 +1242,7 @@ class OutputCache {
   // A 1-D uint8 DLPack tensor of `bytes` bytes (page-aligned data), or nullptr if out of memory.
   DLManagedTensor* take(int64_t bytes) {
     Block* block = nullptr;
+    std::vector<Block*> too_small;
     {
       std::lock_guard<std::mutex> lock(mu_);
       size_t best = cached_.size();
@@ -1253,9 +1255,20 @@ class OutputCache {
         cached_.erase(cached_.begin() + static_cast<std::ptrdiff_t>(best));
         ++hits_;
       } else {
+        // Shapes grew past these blocks: free them before allocating, so that a stream of growing
+        // outputs does not hold its old sizes on top of the new one.
         ++misses_;
+        for (size_t i = 0; i < cached_.size();) {
+          if (cached_[i]->capacity < bytes) {
+            too_small.push_back(cached_[i]);
+            cached_.erase(cached_.begin() + static_cast<std::ptrdiff_t>(i));
+          } else {
+            ++i;
+          }
+        }
       }
     }
+    for (Block* b : too_small) destroy(b);
     if (block == nullptr) {
       const int64_t capacity = (std::max<int64_t>(bytes, 1) + kPage - 1) / kPage * kPage;
       void* data = std::aligned_alloc(kPage, static_cast<size_t>(capacity));
