@@ -22,6 +22,7 @@ Planning is a pure function of the graph: it never changes it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from disc.ir.graph import Graph, Node
@@ -299,19 +300,7 @@ class _Planner:
             return False
         if any(t.op == "broadcast_in_dim" and _spreads_other_rows(t, merged) for t in merged):
             return True
-        for t in merged:
-            if not self._moves_rows(t, merged):
-                continue
-            stack, seen = list(t.inputs), set()
-            while stack:
-                x = stack.pop()
-                if x in seen or x not in merged:
-                    continue
-                seen.add(x)
-                if _fusible_kind(x) == "reduction":
-                    return True
-                stack.extend(x.inputs)
-        return False
+        return any(self._moves_rows(t, merged) and next(_reductions_reaching(t.inputs, merged), None) is not None for t in merged)
 
     def _moves_rows(self, t: Node, merged: set[Node]) -> bool:
         """Does ``t`` read its operand at positions other than its own row?
@@ -388,20 +377,27 @@ def _spreads_other_rows(t: Node, merged: set[Node]) -> bool:
     """Does broadcast ``t`` put a reduction's result (or a value computed from it in ``merged``)
     anywhere but back on the rows it reduced? ``x - x.amax(1)`` on an [n, n] tensor subtracts
     row j's max from column j: a row kernel has not computed row j yet."""
-    stack, seen = [t.inputs[0]], set()
+    for r in _reductions_reaching(t.inputs[:1], merged):
+        rank = len(r.inputs[0].shape)
+        kept = list(range(rank)) if r.attrs.get("keepdim") else [d for d in range(rank) if d not in set(r.attrs["dims"])]
+        if len(t.shape) != rank or list(t.attrs["dims"]) != kept:
+            return True
+    return False
+
+
+def _reductions_reaching(starts: Sequence[Node], merged: set[Node]) -> Iterator[Node]:
+    """The reductions of ``merged`` that ``starts`` are computed from within ``merged`` (the walk
+    stops at each reduction it meets)."""
+    stack, seen = list(starts), set()
     while stack:
         x = stack.pop()
         if x in seen or x not in merged:
             continue
         seen.add(x)
         if _fusible_kind(x) == "reduction":
-            rank = len(x.inputs[0].shape)
-            kept = list(range(rank)) if x.attrs.get("keepdim") else [d for d in range(rank) if d not in set(x.attrs["dims"])]
-            if len(t.shape) != rank or list(t.attrs["dims"]) != kept:
-                return True
-            continue
-        stack.extend(x.inputs)
-    return False
+            yield x
+        else:
+            stack.extend(x.inputs)
 
 
 def _why_alone(p: Node) -> str:

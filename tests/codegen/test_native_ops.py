@@ -10,6 +10,7 @@ import pytest
 import torch
 from kernel_cases import BINARY_F32, UNARY_F32, check_floor_div, floor_div_edge_cases, op_graph, special_f32
 
+import disc
 from disc.runtime.native import NativeExecutor, build_native
 from disc.runtime.reference import ReferenceExecutor
 
@@ -91,8 +92,6 @@ class _ExpMinusOtherRowsMax(torch.nn.Module):
 
 
 def _compiled_source(model: torch.nn.Module, x: torch.Tensor, dynamic: dict[int, str]):
-    import disc
-
     cm = disc.compile(model, (x,), dynamic={"x": dynamic}, backend="native")
     return cm, cm.executor.native.source.text
 
