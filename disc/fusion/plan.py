@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from disc.ir.graph import Graph, Node
+from disc.ir.ops.reduction import spreads_back_onto_its_rows
 from disc.ir.registry import BROADCAST, ELEMENTWISE, LIBRARY, REDUCTION, get_spec, kernel_kind
 from disc.shape.expr import SymExpr
 
@@ -377,12 +378,7 @@ def _spreads_other_rows(t: Node, merged: set[Node]) -> bool:
     """Does broadcast ``t`` put a reduction's result (or a value computed from it in ``merged``)
     anywhere but back on the rows it reduced? ``x - x.amax(1)`` on an [n, n] tensor subtracts
     row j's max from column j: a row kernel has not computed row j yet."""
-    for r in _reductions_reaching(t.inputs[:1], merged):
-        rank = len(r.inputs[0].shape)
-        kept = list(range(rank)) if r.attrs.get("keepdim") else [d for d in range(rank) if d not in set(r.attrs["dims"])]
-        if len(t.shape) != rank or list(t.attrs["dims"]) != kept:
-            return True
-    return False
+    return not all(spreads_back_onto_its_rows(t, r) for r in _reductions_reaching(t.inputs[:1], merged))
 
 
 def _reductions_reaching(starts: Sequence[Node], merged: set[Node]) -> Iterator[Node]:

@@ -47,6 +47,7 @@ from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
+from disc.ir.ops.reduction import spreads_back_onto_its_rows
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import IndexType
 
@@ -493,12 +494,7 @@ def minus_its_max(x: Node) -> bool:
         return False
     a, spread = x.inputs
     peak = spread.inputs[0]
-    if peak.op != "reduce" or peak.attrs["kind"] != "max" or peak.inputs[0] is not a:
-        return False
-    rank, reduced = len(a.shape), set(peak.attrs["dims"])
-    kept = list(range(rank)) if peak.attrs.get("keepdim") else [d for d in range(rank) if d not in reduced]
-    # Each element of a must meet its own row's max: kept dims broadcast back onto themselves.
-    return list(spread.attrs["dims"]) == kept and len(spread.shape) == rank
+    return peak.op == "reduce" and peak.attrs["kind"] == "max" and peak.inputs[0] is a and spreads_back_onto_its_rows(spread, peak)
 
 
 def _atomic(expr: str) -> str:

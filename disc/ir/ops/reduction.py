@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from disc.ir.registry import REDUCTION, ShapeContext, ShapeRuleError, normalize_axis, register, same_dtype_as, tensor
 from disc.ir.types import Type
+
+if TYPE_CHECKING:
+    from disc.ir.graph import Node
 
 REDUCE_KINDS = ("sum", "max", "min", "prod", "any", "all")
 
@@ -23,6 +26,17 @@ def reduced_shape(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, 
     if attrs["keepdim"]:
         return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def spreads_back_onto_its_rows(spread: Node, reduction: Node) -> bool:
+    """Whether broadcast ``spread``, of ``reduction``'s result (or a value of its shape), puts each
+    reduced value back on the elements it was reduced from: the kept dims onto themselves, in the
+    reduction's operand's rank. ``x - x.amax(1)`` on an [n, n] tensor does not (row j's max lands
+    on column j); ``x - x.amax(1, keepdim=True)`` does."""
+    rank = len(reduction.inputs[0].shape)
+    dims = reduction.attrs["dims"]
+    kept = list(range(rank)) if reduction.attrs.get("keepdim") else [d for d in range(rank) if d not in dims]
+    return len(spread.shape) == rank and list(spread.attrs["dims"]) == kept
 
 
 @register("reduce", "x", attrs={"dims": (), "kind": "sum", "keepdim": False}, dtype=same_dtype_as(0), shape=reduced_shape, category=REDUCTION)
