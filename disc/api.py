@@ -249,7 +249,7 @@ def _apply_user_facts(g: Graph, facts: list[Any], ranges: Mapping[str, Any]) -> 
             raise CompileError(f"constraint names dim {name!r}, which is not a dynamic dim ({sorted(c.facts)})")
     for lhs, rhs in facts:
         if isinstance(rhs, int) and isinstance(lhs, str):
-            c.facts[c.find(lhs)].divisor = rhs
+            c.set_divisor(lhs, rhs)
             continue
         unknown = (lhs.symbols() | rhs.symbols()) - set(c.facts)
         if unknown:

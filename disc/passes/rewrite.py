@@ -224,8 +224,7 @@ class Rewriter:
             if _mentioned_elsewhere(c, sym):
                 c.add_equal(SymExpr.symbol(sym), target)
             else:
-                del c.facts[sym]
-                c.parent.pop(sym, None)
+                c.forget_symbol(sym)
 
         def fix(d: DimLike) -> DimLike:
             return simplify_dim(c.normalize(as_expr(d).substitute(subst)))

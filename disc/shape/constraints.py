@@ -95,6 +95,22 @@ class ShapeConstraints:
     checks: list[RuntimeCheck] = field(default_factory=list)
     _counter: itertools.count = field(default_factory=itertools.count, repr=False)
     _revisiting: bool = field(default=False, repr=False, compare=False)
+    # Bumped by every method that may change a fact. Results derived from the constraints (the
+    # op registry's memo of inferred types) are valid only while it stays the same.
+    revision: int = field(default=0, repr=False, compare=False)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)  # what was derived at `derived_revision`
+    derived_revision: int = field(default=0, repr=False, compare=False)
+
+    def changed(self) -> None:
+        """Record that the facts may have changed (every mutating method calls it)."""
+        self.revision += 1
+
+    def derived_cache(self) -> dict:
+        """A dict for results derived from the facts as they are now, emptied when they change."""
+        if self.derived_revision != self.revision:
+            self.derived.clear()
+            self.derived_revision = self.revision
+        return self.derived
 
     # -- symbols ------------------------------------------------------------
     def new_symbol(
@@ -114,6 +130,7 @@ class ShapeConstraints:
                     break
         elif name in self.facts:
             return SymExpr.symbol(name)
+        self.changed()
         self.facts[name] = SymbolFacts(name, lo=lo, hi=hi, divisor=divisor, source=source)
         self.parent[name] = name
         return SymExpr.symbol(name)
@@ -176,6 +193,7 @@ class ShapeConstraints:
         Returns False when the two are provably different, in which case the
         caller must report an error: nothing is recorded then.
         """
+        self.changed()
         ea, eb = self.normalize(a), self.normalize(b)
         if ea == eb:
             return True
@@ -290,6 +308,7 @@ class ShapeConstraints:
         """
         if op not in ("==", "!=", ">=", "%"):
             raise ValueError(f"unknown runtime check operator {op!r}")
+        self.changed()
         check = RuntimeCheck(as_expr(lhs), op, as_expr(rhs), reason)
         # One check per condition: two ops needing the same fact (a view's -1 and the division
         # computing it) are checked once, under the first reason given.
@@ -590,11 +609,24 @@ class ShapeConstraints:
         return (lo // a.den if lo != -INF else -INF), (hi // a.den if hi != INF else INF)
 
     def set_range(self, name: str, lo: int | None = None, hi: int | None = None) -> None:
+        self.changed()
         f = self.facts[self.find(name)]
         if lo is not None:
             f.lo = max(f.lo, lo)
         if hi is not None:
             f.hi = hi if f.hi is None else min(f.hi, hi)
+
+    def set_divisor(self, name: str, k: int) -> None:
+        """Record that ``name`` is a multiple of ``k``."""
+        self.changed()
+        f = self._facts_of(name)
+        f.divisor = f.divisor * k // _gcd(f.divisor, k)
+
+    def forget_symbol(self, name: str) -> None:
+        """Drop a symbol nothing mentions (one a shape rule minted in vain)."""
+        self.changed()
+        del self.facts[name]
+        self.parent.pop(name, None)
 
     # -- reporting ------------------------------------------------------------
     def equal_classes(self) -> list[list[str]]:

@@ -609,3 +609,49 @@ def test_index_types_of_size_operands_are_exact():
     assert y.shape == (1, 6)  # (a) - (a - 1)
     assert [str(c.lhs) for c in g.constraints.checks] == ["a - 1"]  # start >= 0 is the only unproven fact
     assert as_expr(g.constraints.checks[0].rhs) == as_expr(0)
+
+
+# -- the memo of inferred types -------------------------------------------------------------
+def test_a_repeated_inference_is_remembered_while_the_constraints_stay_the_same():
+    g, (a, b) = sym_graph("a", "b")
+    x = g.add_input("x", T("f32", a, b))
+    first, second = g.add("neg", [x]), g.add("neg", [x])
+    assert second.type is first.type  # the second came from the memo
+    assert g.add("exp", [x]).type is not first.type  # another op is another key
+
+
+def test_a_remembered_type_is_not_used_after_a_fact_changes():
+    g, (a, b) = sym_graph("a", "b")
+    x = g.add_input("x", T("f32", a, b))
+    assert g.add("neg", [x]).type == T("f32", a, b)
+    g.constraints.add_equal(b, a)
+    assert g.add("neg", [x]).type == T("f32", a, a)  # re-inferred in the new normal form
+    g.constraints.set_range("a", 4, 16)
+    g.constraints.set_divisor("a", 2)
+    revision = g.constraints.revision
+    g.add("neg", [x])
+    g.add("neg", [x])
+    assert g.constraints.revision == revision  # inferring neg changed nothing
+
+
+def test_a_rule_that_adds_facts_is_not_remembered():
+    """An unprovable max names a symbol for itself: the first inference adds it to the facts and is
+    not remembered, the second finds it there, changes nothing, and is."""
+    g, (a, b) = sym_graph("a", "b")
+    x = g.add_input("x", T("f32", a, b))
+    rows, cols = g.add("dim", [x], {"axis": 0}), g.add("dim", [x], {"axis": 1})
+    before = len(g.constraints.facts)
+    m1, m2, m3 = (g.add("imax", [rows, cols]) for _ in range(3))
+    assert len(g.constraints.facts) == before + 1 and m1.type.value.as_symbol()
+    assert m1.type == m2.type == m3.type
+    assert m2.type is not m1.type and m3.type is m2.type
+
+
+def test_memo_keys_tell_equal_values_of_different_types_apart():
+    from disc.ir.registry import _memo_key
+
+    keys = {_memo_key("full", [], {"value": v}) for v in (1, 1.0, True)}
+    assert len(keys) == 3
+    assert _memo_key("full", [], {"value": (1, 2)}) != _memo_key("full", [], {"value": (1.0, 2)})
+    assert _memo_key("full", [], {"value": torch.ones(1)}) is None  # not a plain value: never remembered
+    assert _memo_key("constant", [], {"ref": "w"}) is None  # a constant's type is its payload's shape
