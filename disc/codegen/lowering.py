@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from disc.fusion.plan import FusionGroup, plan_fusion
+from disc.fusion.plan import FusionGroup, is_cheap, plan_fusion
 from disc.ir.graph import Graph, Node
-from disc.ir.registry import BROADCAST, get_spec, kernel_kind
+from disc.ir.registry import kernel_kind
 from disc.ir.types import IndexType
 from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, SymExpr, as_expr
@@ -372,7 +372,7 @@ class _Lowering:
             own = len(nodes) == 1  # a cheap op materialised by its own group
             outputs = []
             for n in nodes:
-                if get_spec(n.op).category == BROADCAST and not own:
+                if is_cheap(n) and not own:
                     continue  # recomputed here; written out only by its own group, if any
                 outside = any(u not in members and u not in folded for u in self.users[n])
                 if n in self.outputs or outside or n in view_bases:

@@ -101,13 +101,35 @@ def _fusible_kind(n: Node) -> str | None:
     category = get_spec(n.op).category
     if n.op == "torch_fallback" or category == LIBRARY:
         return None
-    if category == BROADCAST:
+    if category == BROADCAST or _reads_a_buffer_through_unit_dims(n):
         return "cheap"
     if category == ELEMENTWISE or n.op in _INDEX_REMAPS:
         return "elementwise"
     if category == REDUCTION and n.op == "reduce":
         return "reduction"
     return None
+
+
+def is_unit_dim_reshape(n: Node) -> bool:
+    """A reshape that only inserts or drops dims of size 1 (``[n] -> [n, 1]``): read at an index,
+    it reads its operand at the same index less the unit dims, never another row's values."""
+    if n.op != "reshape":
+        return False
+    return [d for d in n.shape if d != 1] == [d for d in n.inputs[0].shape if d != 1]
+
+
+def _reads_a_buffer_through_unit_dims(n: Node) -> bool:
+    """A unit-dim reshape of a value that is in memory anyway (an input, a constant, a GEMM's or
+    a gather's result): it fuses with no producer, so as a group of its own it would only copy.
+    Such a reshape is recomputed by the kernels that read it, like a broadcast. (One of a fused
+    value stays with its producer's group, which may have to write it out in that shape.)"""
+    x = n.inputs[0] if n.inputs else None
+    return is_unit_dim_reshape(n) and x is not None and (not _is_kernel_op(x) or _fusible_kind(x) is None)
+
+
+def is_cheap(n: Node) -> bool:
+    """Is ``n`` recomputed by the kernels that read it (written out only by a group of its own)?"""
+    return _fusible_kind(n) == "cheap"
 
 
 class _Planner:
@@ -242,12 +264,17 @@ class _Planner:
         self.absorbed.setdefault(p, set()).add(gn)
 
     def _materialise_cheap(self) -> None:
-        """A cheap op used by a non-fusing op or returned by the program is also written out by its own kernel."""
-        for n in self.g.nodes:
+        """A cheap op used by a non-fusing op or returned by the program is also written out by its own kernel.
+
+        Consumers first: a cheap op read by another cheap op (a reshape [n] -> [n, 1] under a
+        broadcast) is needed in memory only if that one is written out by a kernel of its own.
+        """
+        for n in reversed(self.g.nodes):
             if not _is_kernel_op(n) or _fusible_kind(n) != "cheap":
                 continue
             needed = n in self.g.outputs or any(
-                _is_kernel_op(u) and n not in self.members.get(self.group_of.get(u, -1), []) for u in self.users[n]
+                _is_kernel_op(u) and n not in self.members.get(self.group_of.get(u, -1), []) and (not is_cheap(u) or u in self.group_of)
+                for u in self.users[n]
             )
             if needed:
                 gid = len(self.members)

@@ -212,3 +212,55 @@ def test_a_scatter_recomputes_its_broadcast_index_and_zero_base() -> None:
     base, index, _ = scatter.root.inputs
     assert base in scatter.nodes and index in scatter.nodes
     assert not [g for g in plan.groups if {n.op for n in g.nodes} == {"broadcast_in_dim"}]
+
+
+class ScaleRowsByGathered(torch.nn.Module):
+    """Rows scaled by gathered scores viewed as a column: [n] -> [n, 1] -> broadcast (the detector's tail)."""
+
+    def forward(self, x: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = table[idx]  # a gather: a kernel of its own, its result in memory whatever the plan does
+        return x * s.unsqueeze(-1), x * torch.sigmoid(s).unsqueeze(-1)
+
+
+def _reshape_only_groups(plan) -> list:
+    return [g for g in plan.groups if {n.op for n in g.nodes} == {"reshape"}]
+
+
+def test_a_unit_dim_reshape_of_a_buffer_is_read_in_place_not_copied() -> None:
+    """A reshape that only adds a dim of size 1 to a value in memory anyway (an input, a gather's
+    or a GEMM's result) used to be a kernel of its own copying that value (the detector's kept
+    scores, BERT's position embeddings [seq, d] -> [1, seq, d]); the kernels reading it now read
+    the value through the unit dims. A reshape of a fused value stays in its producer's kernel."""
+    m = ScaleRowsByGathered()
+    dyn = {"x": {0: "n"}, "table": {0: "m"}, "idx": {0: "n"}}
+    args = (torch.randn(5, 4), torch.randn(7), torch.randint(0, 7, (5,)))
+    plan = plan_of(m, args, dyn)
+    assert not _reshape_only_groups(plan)
+    direct = next(g for g in plan.groups if g.root.op == "mul" and "reshape" in {n.op for n in g.nodes})
+    assert [n.op for n in direct.nodes] == ["reshape", "broadcast_in_dim", "mul"]
+    (gated,) = [g for g in plan.groups if "sigmoid" in {n.op for n in g.nodes}]
+    assert [n.op for n in gated.nodes] == ["sigmoid", "reshape"]  # written [n, 1] by its producer's kernel
+    compiled = disc.compile(m, args, dynamic=dyn)
+    assert compiled.report.backend.name == "native-cpu"
+    assert "kernel fusing: reshape\n" not in compiled.executor.native.source.text
+    for n, rows in ((1, 1), (2, 9), (7, 3)):
+        x, table, idx = torch.randn(n, 4), torch.randn(rows), torch.randint(0, rows, (n,))
+        for got, want in zip(compiled(x, table, idx), m(x, table, idx)):
+            torch.testing.assert_close(got, want)
+
+
+def test_a_unit_dim_reshape_returned_by_the_program_is_still_written_out() -> None:
+    class ColumnOut(torch.nn.Module):
+        def forward(self, x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            col = s.unsqueeze(-1)
+            return x * col, col
+
+    m, dyn = ColumnOut(), {"x": {0: "n"}, "s": {0: "n"}}
+    compiled = disc.compile(m, (torch.randn(5, 4), torch.randn(5)), dynamic=dyn)
+    assert compiled.report.backend.name == "native-cpu"
+    for n in (1, 6):
+        x, s = torch.randn(n, 4), torch.randn(n)
+        got, want = compiled(x, s), m(x, s)
+        assert got[1].shape == (n, 1) and got[1].data_ptr() != s.data_ptr()
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
