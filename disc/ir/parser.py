@@ -161,6 +161,7 @@ def _parse_node(g: Graph, values: dict[str, Node], ln: str) -> None:
 
 def _parse_constraint(g: Graph, ln: str) -> None:
     c = g.constraints
+    c.changed()  # the lines below write the facts directly: nothing derived before holds
     if ln.startswith("sym "):
         m = _SYM.match(ln)
         if not m:
