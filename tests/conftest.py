@@ -1,7 +1,10 @@
 """Shared test set-up: quiet, deterministic, the op registry loaded."""
 
 import os
+import threading
+from collections.abc import Callable
 
+import pytest
 import torch
 
 os.environ.setdefault("DISC_VERIFY", "1")
@@ -15,3 +18,28 @@ torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.manual_seed(0)
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+def _run_in_threads(work: Callable[[int], None], n: int) -> None:
+    """``work(k)`` for k in range(n), each on a thread of its own, all at once; the first exception
+    a thread raised is raised here (a thread's own exception would otherwise vanish)."""
+    failures: list[BaseException] = []
+
+    def guarded(k: int) -> None:
+        try:
+            work(k)
+        except BaseException as e:  # noqa: BLE001 (raised below, in the test's thread)
+            failures.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+
+
+@pytest.fixture
+def run_in_threads() -> Callable[[Callable[[int], None], int], None]:
+    return _run_in_threads

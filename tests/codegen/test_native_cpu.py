@@ -245,7 +245,7 @@ def test_a_run_time_division_by_zero_is_a_shape_error_not_a_crash():
         cm(torch.randn(3, 5))  # 15 elements are not rows of 10; torch refuses it too
 
 
-def test_one_program_called_from_many_threads_with_different_shapes():
+def test_one_program_called_from_many_threads_with_different_shapes(run_in_threads):
     m = Attention()
     cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
     shapes = [(1, 3), (2, 9), (3, 1), (4, 17), (1, 40), (2, 2)]
@@ -261,11 +261,7 @@ def test_one_program_called_from_many_threads_with_different_shapes():
             if not torch.allclose(got, want[s], rtol=1e-4, atol=1e-5):
                 errors.append(f"thread {k} shape {s}")
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(worker, 4)
     assert not errors
 
 

@@ -3,7 +3,6 @@
 import ctypes
 import json
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -90,21 +89,14 @@ def test_slow_compiles_report_progress(monkeypatch):
     assert seen[1].startswith("disc: compiled slow in ")
 
 
-def test_concurrent_builds_of_one_source():
-    results, errors = [], []
+def test_concurrent_builds_of_one_source(run_in_threads):
+    results = []
 
-    def worker() -> None:
-        try:
-            results.append(toolchain.build(SOURCE % 7, "shared"))
-        except Exception as e:
-            errors.append(e)
+    def worker(_: int) -> None:
+        results.append(toolchain.build(SOURCE % 7, "shared"))
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == [] and len({r.path for r in results}) == 1
+    run_in_threads(worker, 4)
+    assert len({r.path for r in results}) == 1
     assert toolchain.build(SOURCE % 7, "shared").cached
     assert answer(results[0].path) == 7
     assert not [p for p in results[0].path.parent.iterdir() if p.name.endswith(".tmp")]

@@ -11,7 +11,6 @@ version runs; ``versions_run`` reports which one each step took.
 from __future__ import annotations
 
 import math
-import threading
 
 import pytest
 import torch
@@ -339,25 +338,16 @@ def test_a_run_time_quotient_of_products_and_a_zero_divisor():
         cm(*_on(torch.randn(3, 0)))
 
 
-def test_one_program_called_from_many_threads_with_different_shapes():
+def test_one_program_called_from_many_threads_with_different_shapes(run_in_threads):
     m = Norms()
     cm = _compile(m, (torch.randn(2, 3, 40), torch.randn(2, 3, 40)), {"x": BXS, "r": BXS})
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            for rep in range(3):
-                shape = (1 + (k + rep) % 3, 1 + 5 * k, 40)
-                _check(cm, m, (torch.randn(*shape), torch.randn(*shape)))
-        except BaseException as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        for rep in range(3):
+            shape = (1 + (k + rep) % 3, 1 + 5 * k, 40)
+            _check(cm, m, (torch.randn(*shape), torch.randn(*shape)))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_in_threads(work, 4)
 
 
 def test_slots_live_together_never_overlap():

@@ -7,8 +7,6 @@ at most its limit of blocks and gives them all back on `disc.release_memory()`.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 from torch import nn
@@ -156,7 +154,7 @@ def test_outputs_of_every_dtype_view_the_block_with_their_own_type(cache):
         assert int(t.sum()) == t.numel()
 
 
-def test_threads_calling_one_program_get_their_own_outputs(compiled, cache):
+def test_threads_calling_one_program_get_their_own_outputs(compiled, cache, run_in_threads):
     model, cm = compiled
     errors: list[str] = []
 
@@ -170,11 +168,7 @@ def test_threads_calling_one_program_get_their_own_outputs(compiled, cache):
             if not torch.allclose(got, want, rtol=1e-4, atol=1e-4):
                 errors.append(f"thread {k} step {step} rows {rows}: max diff {(got - want).abs().max():.3g}")
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(worker, 4)
     assert not errors, errors
     assert cache.stats()["blocks"] <= 4
 

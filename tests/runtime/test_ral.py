@@ -5,7 +5,6 @@ fallbacks (always available).
 """
 
 import ctypes
-import threading
 
 import pytest
 import torch
@@ -284,32 +283,25 @@ def test_conv2d_empty_and_errors(ral):
         ral.call_conv2d(args)
 
 
-def test_concurrent_calls(ral):
+def test_concurrent_calls(ral, run_in_threads):
     # Four threads, each with its own shapes, mixing conv2d (shared primitive and weight caches)
     # and gemm; ctypes releases the GIL, so the calls really overlap.
     errors: list[str] = []
 
     def worker(tid: int) -> None:
-        try:
-            torch.manual_seed(tid)
-            wt = torch.randn(8 + 4 * tid, 6, 3, 3)
-            for it in range(6):
-                x = torch.randn(1 + it % 2, 6, 9 + tid, 11)
-                out = ral.conv2d(x, wt, 1 + tid % 2, 1, weight_is_constant=True)
-                ref = F.conv2d(x.double(), wt.double(), None, 1 + tid % 2, 1)
-                if rel_err(out, ref) > 1e-4:
-                    errors.append(f"conv thread {tid} iter {it}")
-                a, b = torch.randn(3, 20 + tid, 30 + it), torch.randn(30 + it, 40 - tid).t().contiguous().t()
-                if rel_err(ral.gemm(a, b), ref_mm(a, b)) > 1e-4:
-                    errors.append(f"gemm thread {tid} iter {it}")
-        except Exception as e:  # surfaced below: an exception in a thread would otherwise vanish
-            errors.append(f"thread {tid}: {e!r}")
+        torch.manual_seed(tid)
+        wt = torch.randn(8 + 4 * tid, 6, 3, 3)
+        for it in range(6):
+            x = torch.randn(1 + it % 2, 6, 9 + tid, 11)
+            out = ral.conv2d(x, wt, 1 + tid % 2, 1, weight_is_constant=True)
+            ref = F.conv2d(x.double(), wt.double(), None, 1 + tid % 2, 1)
+            if rel_err(out, ref) > 1e-4:
+                errors.append(f"conv thread {tid} iter {it}")
+            a, b = torch.randn(3, 20 + tid, 30 + it), torch.randn(30 + it, 40 - tid).t().contiguous().t()
+            if rel_err(ral.gemm(a, b), ref_mm(a, b)) > 1e-4:
+                errors.append(f"gemm thread {tid} iter {it}")
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(worker, 4)
     assert errors == []
 
 

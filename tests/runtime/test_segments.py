@@ -6,8 +6,6 @@ dims and a mask that keeps nothing (a data-dependent dim of 0).
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 from torch import nn
@@ -100,7 +98,7 @@ def test_segments_are_cheaper_than_the_reference_executor() -> None:
     assert ours.kernels["memory_bound"] < theirs.kernels["memory_bound"]
 
 
-def test_concurrent_calls_with_different_shapes() -> None:
+def test_concurrent_calls_with_different_shapes(run_in_threads) -> None:
     model, cm = _compile_detector()
     g = torch.Generator().manual_seed(3)
     cases = [torch.randn(*s, generator=g) for s in [(1, 3, 9, 13), (2, 3, 40, 32), (3, 3, 17, 5), (1, 3, 64, 64)] * 3]
@@ -112,11 +110,7 @@ def test_concurrent_calls_with_different_shapes() -> None:
         with torch.no_grad():
             got[i] = cm(cases[i])
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, len(cases))
     for e, o in zip(expected, got):
         assert o.shape == e.shape and torch.allclose(o, e, rtol=1e-4, atol=1e-5)
 
