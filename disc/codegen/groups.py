@@ -9,6 +9,8 @@ answers live here once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.shape.constraints import ShapeConstraints
@@ -20,6 +22,31 @@ def output_source(out: Node, members: set[Node]) -> Node:
     while out.op == "reshape" and out in members:
         out = out.inputs[0]
     return out
+
+
+def unit_dim_view(dims: tuple[str, ...], shape: tuple[DimLike, ...], source: tuple[DimLike, ...]) -> tuple[str, ...] | None:
+    """Where index ``dims`` of a reshape to ``shape`` reads its operand of shape ``source``, when
+    the reshape only inserts or drops dims of size 1: the other dims keep their index, the
+    operand's unit dims take 0. None for any other reshape. (Reading a reduction's result as
+    [rows, 1] must name the same row as the reduction, not a re-linearised one.)"""
+    if [d for d in shape if d != 1] != [d for d in source if d != 1]:
+        return None
+    kept = iter([i for i, d in zip(dims, shape) if d != 1])
+    return tuple("0" if d == 1 else next(kept) for d in source)
+
+
+def reduced_index(c: ShapeConstraints, source: Node, reductions: list[Node], row_of: Callable[[Node], tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The index at which a kernel writes ``source``, a value of one of its reductions' shapes or a
+    unit-dim view of one (``s.unsqueeze(-1)``, a BatchNorm's ``mean.reshape(-1)``); ``row_of(r)``
+    is reduction ``r``'s index in that kernel. None if ``source`` is neither."""
+    for r in reductions:
+        if c.prove_same_shape(source.shape, r.shape):
+            return row_of(r)
+    for r in reductions:
+        view = unit_dim_view(row_of(r), r.shape, source.shape)
+        if view is not None:
+            return view
+    return None
 
 
 def reads(roots: list[Node], target: Node, members: set[Node]) -> bool:

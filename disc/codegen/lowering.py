@@ -34,6 +34,7 @@ from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, SymExpr, as_expr
 
 _REMAPS = ("reshape", "transpose")
+_VIEWS = (*_REMAPS, "slice")  # read by a GEMM through strides (a slice: a start offset too)
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1}
 NATIVE_DTYPES = frozenset({"f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
 
@@ -56,11 +57,12 @@ Stride = SymExpr | tuple[tuple[DimLike, SymExpr], ...]
 
 @dataclass(frozen=True)
 class View:
-    """A strided window onto a buffer: element (i0, i1, ...) is at base + sum(i_k * strides[k])."""
+    """A strided window onto a buffer: element (i0, i1, ...) is at base + offset + sum(i_k * strides[k])."""
 
     base: Node  # the materialised value whose buffer is read
     shape: tuple[DimLike, ...]
     strides: tuple[Stride, ...]  # a compound dim has ((size, stride), ...), outermost first
+    offset: SymExpr = SymExpr.const(0)  # elements from the buffer's start (a slice's start)
 
 
 @dataclass
@@ -311,7 +313,7 @@ class _Lowering:
         """Remap chains read only by GEMMs become strided views of their producer."""
         foldable: set[Node] = set()
         for n in reversed(self.g.nodes):
-            if n.op in _REMAPS and n not in self.outputs and self.users[n]:
+            if n.op in _VIEWS and n not in self.outputs and self.users[n]:
                 if all(u.op == "dot_general" or u in foldable for u in self.users[n]):
                     foldable.add(n)
         views: dict[Node, View] = {}
@@ -346,9 +348,16 @@ class _Lowering:
     def _remap(self, v: View, n: Node) -> View | None:
         if n.op == "transpose":
             perm = n.attrs["perm"]
-            return View(v.base, n.shape, tuple(v.strides[p] for p in perm))
+            return View(v.base, n.shape, tuple(v.strides[p] for p in perm), v.offset)
+        if n.op == "slice":  # the QKV split of a fused projection: same strides, from the start on
+            axis, stride = n.attrs["axis"], v.strides[n.attrs["axis"]]
+            if isinstance(stride, tuple):
+                return None
+            strides = list(v.strides)
+            strides[axis] = stride * n.attrs["step"]
+            return View(v.base, n.shape, tuple(strides), v.offset + as_expr(n.inputs[1].type.value) * stride)
         strides = reshape_view(self.c, v.shape, v.strides, n.shape)
-        return None if strides is None else View(v.base, n.shape, strides)
+        return None if strides is None else View(v.base, n.shape, strides, v.offset)
 
     # -- steps ------------------------------------------------------------------
     def _steps(self, plan, folded: dict[Node, View]) -> list[Step]:

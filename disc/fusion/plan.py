@@ -32,6 +32,13 @@ from disc.shape.expr import SymExpr
 
 # Movement ops that only remap indices of one operand: fusible like elementwise ops.
 _INDEX_REMAPS = {"reshape", "transpose"}
+# Movement ops whose elements each come from one operand element at another position (a part, a
+# join, a border). They fuse with their consumers like elementwise ops; a producer whose values
+# nothing else reads is computed inside their kernel at the positions they read, never written
+# out (a rotary embedding's rotate_half: slice, neg, concat and the multiply-add in one loop).
+_PART_REMAPS = {"slice", "concat", "pad"}
+
+CYCLE = "one kernel would depend on itself through another kernel"
 
 
 @dataclass
@@ -103,7 +110,7 @@ def _fusible_kind(n: Node) -> str | None:
         return None
     if category == BROADCAST or _reads_a_buffer_through_unit_dims(n):
         return "cheap"
-    if category == ELEMENTWISE or n.op in _INDEX_REMAPS:
+    if category == ELEMENTWISE or n.op in _INDEX_REMAPS or n.op in _PART_REMAPS:
         return "elementwise"
     if category == REDUCTION and n.op == "reduce":
         return "reduction"
@@ -221,6 +228,7 @@ class _Planner:
 
     def _pull(self, n: Node, via: Node, seen: set[Node]) -> None:
         """Fuse the producers of ``via`` (``n`` itself, or a cheap op absorbed into n's group) into n's group."""
+        cyclic: list[Node] = []
         for p in via.inputs:
             if p in seen or not _is_kernel_op(p):
                 continue
@@ -229,26 +237,44 @@ class _Planner:
             if kind is None:
                 self.refused.append(Refusal(p, via, _why_alone(p)))
                 continue
-            gn = self.group_of[n]
             if kind == "cheap":
                 # Recomputed in this group rather than written out; its own producers may fuse too.
-                self._recompute_in(p, gn)
+                self._recompute_in(p, self.group_of[n])
                 self._pull(n, p, seen)
                 continue
-            gp = self.group_of[p]
-            if gp == gn:
-                continue
-            if not self._share_space(gp, gn):
-                spaces = [" / ".join(dict.fromkeys(str(x) for x in self.spaces[g])) for g in (gp, gn)]
-                self.refused.append(Refusal(p, via, f"element counts not provably equal ({spaces[0]} vs {spaces[1]})"))
-            elif not self._one_row_space(gp, gn):
-                self.refused.append(Refusal(p, via, "their reductions reduce different rows (other dims or lengths)"))
-            elif self._reads_other_rows(gp, gn):
-                self.refused.append(Refusal(p, via, "a transpose, reshape or broadcast would read reduction results at rows other than the one being computed"))
-            elif self._creates_cycle(gp, gn):
-                self.refused.append(Refusal(p, via, "one kernel would depend on itself through another kernel"))
-            else:
-                self._merge(gp, gn)
+            why = self._join(p, via, self.group_of[n])
+            if why == CYCLE:
+                cyclic.append(p)
+            elif why is not None:
+                self.refused.append(Refusal(p, via, why))
+        # A path back through another operand's group closes once that group has joined too
+        # (x*cos + rotate_half(x)*sin: rotate_half reads x's group, which the add reaches first).
+        for p in cyclic:
+            why = self._join(p, via, self.group_of[n])
+            if why is not None:
+                self.refused.append(Refusal(p, via, why))
+
+    def _join(self, p: Node, via: Node, gn: int) -> str | None:
+        """Merge the group of producer ``p`` (read by ``via``) into ``gn``; else the rule that forbids it."""
+        gp = self.group_of[p]
+        if gp == gn:
+            return None
+        if not self._share_space(gp, gn):
+            if via.op in _PART_REMAPS and self._computable_inside(gp, gn):
+                self._merge(gp, gn, spaces=False)  # gp's values are computed where via reads them, not in gp's space
+                return None
+            spaces = [" / ".join(dict.fromkeys(str(x) for x in self.spaces[g])) for g in (gp, gn)]
+            return f"element counts not provably equal ({spaces[0]} vs {spaces[1]})"
+        if self._part_remap_with_reduction(gp, gn):
+            return "a slice, concat or pad is not fused with a reduction"
+        if not self._one_row_space(gp, gn):
+            return "their reductions reduce different rows (other dims or lengths)"
+        if self._reads_other_rows(gp, gn):
+            return "a transpose, reshape or broadcast would read reduction results at rows other than the one being computed"
+        if self._creates_cycle(gp, gn):
+            return CYCLE
+        self._merge(gp, gn)
+        return None
 
     def _absorb_cheap_operands(self, n: Node) -> None:
         """Recompute ``n``'s cheap operands in its own kernel (a scatter's index broadcast along its
@@ -340,6 +366,8 @@ class _Planner:
         if t.op == "transpose":
             return list(t.attrs["perm"]) != sorted(t.attrs["perm"])
         if t.op == "reshape":
+            if is_unit_dim_reshape(t):  # the same rows, viewed with dims of size 1 added or dropped
+                return False
             inside = any(u in merged for u in self.users[t])
             return inside and not self.c.prove_same_shape(t.shape, t.inputs[0].shape)
         return False
@@ -361,6 +389,26 @@ class _Planner:
         if any(u in inside for r in reductions for u in self.users[r]):
             return "stitch"
         return "input"
+
+    def _computable_inside(self, gp: int, gn: int) -> bool:
+        """Can group ``gp`` be computed inside ``gn`` at the positions ``gn`` reads, never written
+        out? Only if ``gn`` reads all of its values, nothing else does (no other kernel, no cheap op
+        another kernel recomputes, not the program's result), and no reduction is involved."""
+        for m in self.members[gp]:
+            if m in self.g.outputs or (_fusible_kind(m) == "cheap" and self.group_of.get(m) is not None):
+                return False
+            for u in self.users[m]:
+                if _is_kernel_op(u) and self.group_of.get(u) not in (gp, gn):
+                    return False
+        return not self._part_remap_with_reduction(gp, gn, any_remap=True) and not self._creates_cycle(gp, gn)
+
+    def _part_remap_with_reduction(self, a: int, b: int, any_remap: bool = False) -> bool:
+        """Would the merged group hold a reduction and a slice, concat or pad? (Kept apart: a row
+        kernel reads its row at positions of its own.) With ``any_remap`` any reduction counts."""
+        merged = self.members[a] + self.members[b]
+        if not any(_fusible_kind(m) == "reduction" for m in merged):
+            return False
+        return any_remap or any(m.op in _PART_REMAPS for m in merged)
 
     def _creates_cycle(self, a: int, b: int) -> bool:
         """Would merging groups a and b make a group that depends on itself through another group?"""
@@ -387,7 +435,9 @@ class _Planner:
                 stack.append(i)
         return False
 
-    def _merge(self, a: int, b: int) -> None:
+    def _merge(self, a: int, b: int, spaces: bool = True) -> None:
+        """Group ``a`` joins ``b``. ``spaces=False``: ``a`` is computed at the positions ``b`` reads,
+        so its element counts are not ``b``'s to share with later consumers."""
         for m in self.members[a]:
             if self.group_of.get(m) == a:
                 self.group_of[m] = b
@@ -396,7 +446,8 @@ class _Planner:
             if m in self.absorbed:
                 self.absorbed[m].discard(a)
                 self.absorbed[m].add(b)
-        self.spaces[b] += self.spaces[a]
+        if spaces:
+            self.spaces[b] += self.spaces[a]
         self.members[a] = []
         self.spaces[a] = []
 

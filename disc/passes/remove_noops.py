@@ -2,6 +2,10 @@
 
 * ``broadcast_in_dim`` whose dims are the identity and whose target shape is
   provably the operand's shape -> the operand;
+* ``broadcast_in_dim(reshape(x))`` where the reshape only inserts unit dims
+  (``x.mean(-1).unsqueeze(-1)``) -> a broadcast of ``x`` itself: the unit dims
+  were going to be broadcast anyway, and reading ``x`` directly lets a
+  reduction and its broadcast back over the row fuse into one kernel;
 * ``reshape`` to a shape provably equal to the operand's -> the operand;
 * ``reshape(reshape(x, ...), sizes)`` -> ``reshape(x, sizes)`` (row-major
   reshapes compose);
@@ -28,7 +32,26 @@ def _broadcast(rw: Rewriter, n: Node) -> Replacement | None:
     c = rw.dst.constraints
     if c.prove_broadcast_noop(x.shape, n.shape, n.attrs["dims"]):
         return x
+    if x.op == "reshape":
+        kept = _unit_dims_inserted(rw, x.inputs[0].shape, x.shape)
+        if kept is not None:
+            dims = n.attrs["dims"]
+            return New("broadcast_in_dim", (x.inputs[0], *n.inputs[1:]), {"dims": [dims[j] for j in kept]})
     return None
+
+
+def _unit_dims_inserted(rw: Rewriter, src: tuple, dst: tuple) -> list[int] | None:
+    """For a reshape ``src -> dst`` that only inserts static 1s, the position in ``dst`` of
+    each ``src`` dim (in order); None for any other reshape."""
+    c = rw.dst.constraints
+    kept: list[int] = []
+    for j, d in enumerate(dst):
+        i = len(kept)
+        if i < len(src) and c.prove_equal(src[i], d):
+            kept.append(j)
+        elif d != 1:
+            return None
+    return kept if len(kept) == len(src) else None
 
 
 def _reshape(rw: Rewriter, n: Node) -> Replacement | None:

@@ -62,6 +62,34 @@ class Norms(nn.Module):
         return h, rms
 
 
+class NormByUnsqueeze(nn.Module):
+    """LayerNorm with statistics taken without keepdim and unsqueezed back (one stitch kernel)."""
+
+    def forward(self, x):
+        mean = x.mean(-1).unsqueeze(-1)
+        var = (x - mean).pow(2).mean(-1).unsqueeze(-1)
+        return (x - mean) * torch.rsqrt(var + 1e-5)
+
+
+class StatisticsThroughUnitDims(nn.Module):
+    """Row and column statistics used and returned through unit-dim views: a row kernel writes
+    ``s.unsqueeze(-1) * 2`` at its row, a column kernel ``x.amax(0).reshape(1, -1) + 1``."""
+
+    def forward(self, x):
+        s = x.sum(-1)
+        return x / s.unsqueeze(-1).abs().clamp_min(1.0), s.unsqueeze(-1) * 2, x.amax(0).reshape(1, -1) + 1
+
+
+class PartsOfAProducer(nn.Module):
+    """Slices, a concat and a pad of a fused producer, all in its consumer's kernel (rotate_half)."""
+
+    def forward(self, x, y):
+        h = torch.tanh(x) * 2.0
+        half = h.shape[-1] // 2
+        rotated = torch.cat([-h[..., half:], h[..., :half]], dim=-1)
+        return h * y + rotated, nn.functional.pad(torch.sigmoid(x), (1, 2)) + 1.0
+
+
 class MaskedSoftmax(nn.Module):
     def forward(self, s, mask):
         return torch.softmax(s / 8.0 + (1.0 - mask[:, None, None, :]) * -10000.0, dim=-1)

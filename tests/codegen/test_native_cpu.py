@@ -25,6 +25,7 @@ from kernel_cases import (
     MaskedSoftmax,
     Movement,
     Norms,
+    PartsOfAProducer,
     Powers,
     ReshapeByWidth,
     RowSum,
@@ -175,6 +176,16 @@ def test_movement_ops_slice_concat_pad_index_select_transpose():
         _check(cm, m, (torch.randn(a, s, n), torch.randint(0, a, (k,))))
 
 
+def test_slices_concat_and_pad_read_their_producer_inside_the_consumer_kernel():
+    m = PartsOfAProducer()
+    cm = _compile(m, (torch.randn(2, 3, 8), torch.randn(2, 3, 8)), {"x": BXS, "y": BXS})
+    for b, s in [(1, 1), (2, 5), (3, 17)]:
+        _check(cm, m, (torch.randn(b, s, 8), torch.randn(b, s, 8)))
+    calls = [c for c in cm.executor.native.source.calls if isinstance(c, KernelCall)]
+    # One kernel per output; tanh(x) * 2 and sigmoid(x) are computed where they are read, never written.
+    assert [len(c.step.outputs) for c in calls] == [1, 1], [[n.op for n in c.step.group.nodes] for c in calls]
+
+
 def test_concat_of_three_parts_at_dynamic_offsets():
     m = ConcatThree()
     cm = _compile(m, (torch.randn(2, 3), torch.randn(2, 4)), {"x": {0: "b", 1: "n"}, "y": {0: "b", 1: "k"}})
@@ -192,6 +203,8 @@ def test_attention_gemms_read_heads_through_strides_and_need_no_copy_kernel():
         if isinstance(c, KernelCall):
             ops = {n.op for n in c.step.group.nodes}
             assert ops != {"reshape", "transpose"} and ops != {"transpose"}, f"copy kernel {ops}"
+            assert "slice" not in ops, f"the q/k/v split is copied: {ops}"
+    assert sum(n.op == "slice" for n in cm.executor.native.lowered.folded_views) == 3  # read at offsets of the qkv result
     text = cm.executor.native.source.text
     assert text.count("ral->gemm(") == 4  # qkv, scores, context, output projection
 
@@ -306,7 +319,8 @@ class TwoSizes(nn.Module):
     def forward(self, x):
         wide = torch.cat([x, x * 2], dim=-1).tanh()  # [b, 2n], dead after the sum
         narrow = wide.sum(-1, keepdim=True) + x  # [b, n]
-        return (narrow.tanh() * 3).sigmoid().sum(-1)  # more [b, n] buffers, none live with `wide`
+        t = (narrow.tanh() * 3).sigmoid()  # [b, n], written after `wide` is dead
+        return t.sum(-1) + t.sum(0).sum()  # a row and a column reduction: two kernels read t
 
 
 def test_slots_never_live_together_share_bytes_at_every_shape():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_cases import StatisticsThroughUnitDims
 from torch import nn
 
 import disc
@@ -67,6 +68,19 @@ def test_each_row_schedule_runs_and_matches_eager(two_threads, rows, cols, versi
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
     hits = {k: v - before[k] for k, v in _softmax_hits(ex).items()}
     assert hits[version] == 1 and sum(hits.values()) == 1, hits
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (6, 50), (3, ROW_CACHE_MAX + 1), (1, SPLIT_ROW_MIN + 7)])
+def test_statistics_read_and_written_through_unit_dims_in_every_schedule(two_threads, rows, cols):
+    """``s.unsqueeze(-1)`` is the row's own sum: one row kernel uses and writes it in each row
+    schedule (cached, general, split), and a column kernel writes ``amax(0).reshape(1, -1)``."""
+    m = StatisticsThroughUnitDims()
+    ex = _profiled(m, (torch.randn(4, 6),), {"x": {0: "r", 1: "c"}})
+    kinds = [c.step.kind for c in ex.native.source.calls if isinstance(c, KernelCall)]
+    assert len(kinds) == 2, kinds  # the row kernel and the column kernel
+    x = torch.randn(rows, cols)
+    for got, want in zip(ex.run([x]), m(x)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows,cols", [(4, 33), (3, ROW_CACHE_MAX + 3), (1, SPLIT_ROW_MIN + 1)])

@@ -29,11 +29,14 @@ from kernel_cases import (
     Elementwise,
     MaskedSoftmax,
     Movement,
+    NormByUnsqueeze,
     Norms,
+    PartsOfAProducer,
     PoolWithIndices,
     Powers,
     ReshapeByWidth,
     RowSum,
+    StatisticsThroughUnitDims,
     check_against_eager,
     check_floor_div,
     floor_div_edge_cases,
@@ -135,6 +138,16 @@ def test_stitch_layernorm_and_rmsnorm_each_one_kernel():
     assert "tl.sum(" in text and "stitch_" in text
 
 
+def test_stitch_reads_row_statistics_through_unit_dims():
+    # The row's mean is read as [b, s, 1]: the same row, not a re-linearised one.
+    m = NormByUnsqueeze()
+    cm = _compile(m, (torch.randn(2, 3, 40),), {"x": BXS})
+    for shape in [(1, 1, 40), (2, 7, 40), (3, 64, 40)]:
+        _check(cm, m, (torch.randn(*shape) * 3,))
+    kinds = [c.step.kind for c in cm.executor.build.source.calls if isinstance(c, KernelCall)]
+    assert kinds == ["stitch"], kinds
+
+
 def test_stitch_masked_softmax_one_kernel_in_both_row_schedules():
     m = MaskedSoftmax()
     cm = _compile(m, (torch.randn(2, 4, 5, 5), torch.ones(2, 5)), {"s": {0: "b", 2: "q", 3: "k"}, "mask": {0: "b", 1: "k"}})
@@ -168,11 +181,30 @@ def test_column_reductions_over_leading_dims():
         assert set(_labels(cm, args)) == {"column"}
 
 
+def test_row_and_column_statistics_written_through_unit_dims():
+    m = StatisticsThroughUnitDims()
+    cm = _compile(m, (torch.randn(4, 6),), {"x": {0: "r", 1: "c"}})
+    for shape in [(1, 1), (3, 7), (9, 2), (2, 130)]:
+        _check(cm, m, (torch.randn(*shape),))
+    kinds = [c.step.kind for c in cm.executor.build.source.calls if isinstance(c, KernelCall)]
+    assert len(kinds) == 2, kinds  # the row kernel and the column kernel
+
+
 def test_movement_ops_slice_concat_pad_index_select_transpose():
     m = Movement()
     cm = _compile(m, (torch.randn(3, 4, 5), torch.tensor([0, 2])), {"x": {0: "a", 1: "s", 2: "n"}, "ids": {0: "k"}})
     for a, s, n, k in [(1, 1, 1, 1), (3, 4, 5, 2), (5, 9, 3, 7)]:
         _check(cm, m, (torch.randn(a, s, n), torch.randint(0, a, (k,))))
+
+
+def test_slices_concat_and_pad_read_their_producer_inside_the_consumer_kernel():
+    m = PartsOfAProducer()
+    cm = _compile(m, (torch.randn(2, 3, 8), torch.randn(2, 3, 8)), {"x": BXS, "y": BXS})
+    for b, s in [(1, 1), (2, 5), (3, 17)]:
+        _check(cm, m, (torch.randn(b, s, 8), torch.randn(b, s, 8)))
+    calls = [c for c in cm.executor.build.source.calls if isinstance(c, KernelCall)]
+    # One kernel per output; tanh(x) * 2 and sigmoid(x) are computed where they are read, never written.
+    assert [len(c.step.outputs) for c in calls] == [1, 1], [[n.op for n in c.step.group.nodes] for c in calls]
 
 
 def test_concat_of_three_parts_at_dynamic_offsets():

@@ -60,11 +60,11 @@ def test_gemm_is_a_library_call_and_its_epilogue_one_loop() -> None:
 
 
 def test_unfusible_op_splits_groups() -> None:
-    class SliceBetween(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.exp(torch.sin(x)[:, 1:])
+    class GatherBetween(torch.nn.Module):
+        def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return torch.exp(torch.index_select(torch.sin(x), 0, idx))
 
-    plan = plan_of(SliceBetween(), (torch.randn(4, 9),), {"x": {0: "a", 1: "b"}})
+    plan = plan_of(GatherBetween(), (torch.randn(4, 9), torch.tensor([0, 3, 1])), {"x": {0: "a", 1: "b"}, "idx": {0: "k"}})
     assert [g.kind for g in plan.groups] == ["loop", "kernel", "loop"]
 
 
@@ -217,9 +217,9 @@ def test_a_scatter_recomputes_its_broadcast_index_and_zero_base() -> None:
 class ScaleRowsByGathered(torch.nn.Module):
     """Rows scaled by gathered scores viewed as a column: [n] -> [n, 1] -> broadcast (the detector's tail)."""
 
-    def forward(self, x: torch.Tensor, table: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, table: torch.Tensor, idx: torch.Tensor, col: torch.Tensor) -> tuple[torch.Tensor, ...]:
         s = table[idx]  # a gather: a kernel of its own, its result in memory whatever the plan does
-        return x * s.unsqueeze(-1), x * torch.sigmoid(s).unsqueeze(-1)
+        return x * s.unsqueeze(-1), x * torch.sigmoid(s).unsqueeze(-1), col * s.unsqueeze(-1)
 
 
 def _reshape_only_groups(plan) -> list:
@@ -232,20 +232,20 @@ def test_a_unit_dim_reshape_of_a_buffer_is_read_in_place_not_copied() -> None:
     scores, BERT's position embeddings [seq, d] -> [1, seq, d]); the kernels reading it now read
     the value through the unit dims. A reshape of a fused value stays in its producer's kernel."""
     m = ScaleRowsByGathered()
-    dyn = {"x": {0: "n"}, "table": {0: "m"}, "idx": {0: "n"}}
-    args = (torch.randn(5, 4), torch.randn(7), torch.randint(0, 7, (5,)))
+    dyn = {"x": {0: "n"}, "table": {0: "m"}, "idx": {0: "n"}, "col": {0: "n"}}
+    args = (torch.randn(5, 4), torch.randn(7), torch.randint(0, 7, (5,)), torch.randn(5, 1))
     plan = plan_of(m, args, dyn)
     assert not _reshape_only_groups(plan)
-    direct = next(g for g in plan.groups if g.root.op == "mul" and "reshape" in {n.op for n in g.nodes})
-    assert [n.op for n in direct.nodes] == ["reshape", "broadcast_in_dim", "mul"]
-    (gated,) = [g for g in plan.groups if "sigmoid" in {n.op for n in g.nodes}]
-    assert [n.op for n in gated.nodes] == ["sigmoid", "reshape"]  # written [n, 1] by its producer's kernel
+    ops = sorted([n.op for n in g.nodes] for g in plan.groups)
+    # The two broadcasts read s and sigmoid(s) directly (remove_noops drops the reshape under a
+    # broadcast); col * s.unsqueeze(-1) recomputes the reshape of the gather's result in place.
+    assert ops == [["broadcast_in_dim", "mul"], ["broadcast_in_dim", "mul"], ["index_select"], ["reshape", "mul"], ["sigmoid"]]
     compiled = disc.compile(m, args, dynamic=dyn)
     assert compiled.report.backend.name == "native-cpu"
     assert "kernel fusing: reshape\n" not in compiled.executor.native.source.text
     for n, rows in ((1, 1), (2, 9), (7, 3)):
-        x, table, idx = torch.randn(n, 4), torch.randn(rows), torch.randint(0, rows, (n,))
-        for got, want in zip(compiled(x, table, idx), m(x, table, idx)):
+        x, table, idx, col = torch.randn(n, 4), torch.randn(rows), torch.randint(0, rows, (n,)), torch.randn(n, 1)
+        for got, want in zip(compiled(x, table, idx, col), m(x, table, idx, col)):
             torch.testing.assert_close(got, want)
 
 
@@ -264,3 +264,116 @@ def test_a_unit_dim_reshape_returned_by_the_program_is_still_written_out() -> No
         assert got[1].shape == (n, 1) and got[1].data_ptr() != s.data_ptr()
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
+
+
+class LayerNormByUnsqueeze(torch.nn.Module):
+    """LayerNorm as often written by hand: statistics without keepdim, unsqueezed back."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(-1).unsqueeze(-1)
+        var = ((x - mean) ** 2).mean(-1).unsqueeze(-1)
+        return (x - mean) * torch.rsqrt(var + 1e-5)
+
+
+class SoftmaxOverMiddleDim(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x - x.amax(1).unsqueeze(1))
+        return e / e.sum(1).view(x.shape[0], 1, x.shape[2])
+
+
+def test_statistics_unsqueezed_back_onto_their_rows_are_one_stitch_kernel() -> None:
+    """``x.mean(-1).unsqueeze(-1)`` reads each row's mean at its own row: the unit dim is a view,
+    not a move to other rows. It used to split a LayerNorm into 4 kernels (the reshape was taken
+    for one that reads other rows)."""
+    cases = (
+        (LayerNormByUnsqueeze(), {"x": {0: "b", 1: "s"}}, [(1, 1, 16), (2, 7, 16), (3, 1, 16)], (2, 5, 16)),
+        (SoftmaxOverMiddleDim(), {"x": {0: "b", 1: "n", 2: "s"}}, [(1, 1, 1), (2, 7, 5), (3, 9, 1)], (2, 7, 5)),
+    )
+    for m, dyn, shapes, example in cases:
+        plan = plan_of(m, (torch.randn(*example),), dyn)
+        assert [g.kind for g in plan.groups] == ["stitch"], (type(m).__name__, plan.counts())
+        compiled = disc.compile(m, (torch.randn(*example),), dynamic=dyn)
+        assert compiled.report.backend.name == "native-cpu"
+        for shape in shapes:
+            x = torch.randn(*shape) * 3
+            torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-6)
+
+
+def test_statistics_unsqueezed_onto_other_rows_are_not_stitched() -> None:
+    class MinusOtherRowsMaxUnsqueezed(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x - x.amax(1).unsqueeze(0)  # [n, n]: column j subtracts row j's max
+
+    dyn = {"x": {0: "n", 1: "n"}}
+    plan = plan_of(MinusOtherRowsMaxUnsqueezed(), (torch.randn(6, 6),), dyn)
+    (sub,) = [g for g in plan.groups if "sub" in {n.op for n in g.nodes}]
+    assert "reduce" not in {n.op for n in sub.nodes}
+    compiled = disc.compile(MinusOtherRowsMaxUnsqueezed(), (torch.randn(6, 6),), dynamic=dyn)
+    for n in (1, 4, 9):
+        x = torch.randn(n, n)
+        torch.testing.assert_close(compiled(x), x - x.amax(1).unsqueeze(0), rtol=0, atol=0)
+
+
+class Rotary(torch.nn.Module):
+    """A rotary embedding as LLaMA writes it: rotate_half is two slices, a neg and a concat."""
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x * 2.0  # a fused producer, computed at the positions the slices read
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+
+ROTARY_DYN = {"x": {0: "b", 2: "s"}, "cos": {0: "s"}, "sin": {0: "s"}}
+
+
+def _rotary_args(b: int, s: int) -> tuple[torch.Tensor, ...]:
+    return torch.randn(b, 2, s, 16), torch.randn(s, 16), torch.randn(s, 16)
+
+
+def test_rotate_half_and_its_producer_are_one_loop_kernel() -> None:
+    """Slices, neg, concat and the multiply-add of a rotary embedding: one kernel that computes
+    ``x * 2`` at the positions the slices read instead of writing it and four parts out."""
+    m = Rotary()
+    plan = plan_of(m, _rotary_args(2, 5), ROTARY_DYN)
+    assert [g.kind for g in plan.groups] == ["loop"], plan.describe()
+    assert {"slice", "concat", "neg", "mul", "add"} <= {n.op for n in plan.groups[0].nodes}
+    compiled = disc.compile(m, _rotary_args(2, 5), dynamic=ROTARY_DYN)
+    assert compiled.report.backend.name == "native-cpu"
+    for b, s in ((1, 1), (2, 7), (3, 4)):
+        args = _rotary_args(b, s)
+        torch.testing.assert_close(compiled(*args), m(*args))
+
+
+def test_a_sliced_value_also_returned_is_written_by_the_kernel_that_reads_its_parts() -> None:
+    """``x * 2`` is returned, so it is not folded away: the one kernel writes it at its own
+    positions and recomputes it where the slices read (a multiply, cheaper than a reload)."""
+    class RotaryAlsoReturningX(torch.nn.Module):
+        def forward(self, x, cos, sin):
+            x = x * 2.0
+            rotated = torch.cat([-x[..., 8:], x[..., :8]], dim=-1)
+            return x * cos + rotated * sin, x
+
+    m = RotaryAlsoReturningX()
+    compiled = disc.compile(m, _rotary_args(2, 5), dynamic=ROTARY_DYN)
+    plan = plan_fusion(compiled.graph)
+    assert [g.kind for g in plan.groups] == ["loop"], plan.describe()
+    assert compiled.graph.outputs[1] in plan.groups[0].nodes
+    for b, s in ((1, 1), (3, 6)):
+        args = _rotary_args(b, s)
+        for got, want in zip(compiled(*args), m(*args)):
+            torch.testing.assert_close(got, want)
+
+
+def test_a_concat_is_not_fused_with_a_reduction() -> None:
+    class ConcatThenSum(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.cat([a * 2, b], dim=-1).sum(-1)
+
+    dyn = {"a": {0: "n", 1: "k"}, "b": {0: "n", 1: "m"}}
+    plan = plan_of(ConcatThenSum(), (torch.randn(3, 4), torch.randn(3, 5)), dyn)
+    assert any(r.reason == "a slice, concat or pad is not fused with a reduction" for r in plan.refused)
+    compiled = disc.compile(ConcatThenSum(), (torch.randn(3, 4), torch.randn(3, 5)), dynamic=dyn)
+    for n, k, mm in ((1, 1, 1), (4, 3, 9)):
+        a, b = torch.randn(n, k), torch.randn(n, mm)
+        torch.testing.assert_close(compiled(a, b), ConcatThenSum()(a, b))

@@ -119,3 +119,52 @@ def test_maybe_broadcasts_and_real_reshapes_stay():
         }
         """,
     )
+
+
+def test_broadcast_reads_through_a_unit_dim_reshape():
+    # x.sum(1).unsqueeze(1) broadcast back over the row: the broadcast reads the sum directly
+    # (%5), which is what lets the planner keep sum and use in one kernel. A reshape that moves
+    # elements (%7, [a, b] -> [b, a]) or drops a unit dim (%9) is not skipped.
+    check_golden(
+        remove_noops,
+        """
+        func @main(%x: f32[a, b], %y: f32[a, 1]) {
+          sym a in [1, inf]  (input 'x' dim 0)
+          sym b in [1, inf]  (input 'x' dim 1)
+          %0 = dim(%x) {axis=0} : index(a)
+          %1 = dim(%x) {axis=1} : index(b)
+          %2 = index_const() {value=1} : index(1)
+          %3 = reduce(%x) {dims=[1], keepdim=false, kind="sum"} : f32[a]
+          %4 = reshape(%3, %0, %2) : f32[a, 1]
+          %5 = broadcast_in_dim(%4, %0, %1) {dims=[0, 1]} : f32[a, b]
+          %6 = reshape(%4, %2, %0, %2) : f32[1, a, 1]
+          %7 = reshape(%x, %1, %0) : f32[b, a]
+          %8 = broadcast_in_dim(%7, %2, %1, %0) {dims=[1, 2]} : f32[1, b, a]
+          %9 = reshape(%y, %0) : f32[a]
+          %10 = broadcast_in_dim(%9, %0, %1) {dims=[0]} : f32[a, b]
+          %11 = broadcast_in_dim(%6, %1, %0, %1) {dims=[0, 1, 2]} : f32[b, a, b]
+          return %5, %8, %10, %11
+        }
+        """,
+        # %11 reads %3 through two reshapes ([a] -> [a, 1] -> [1, a, 1], composed first); the
+        # reshapes no longer read, %4 and the composed %6, are left for dce.
+        """
+        func @main(%x: f32[a, b], %y: f32[a, 1]) {
+          sym a in [1, inf]  (input 'x' dim 0)
+          sym b in [1, inf]  (input 'x' dim 1)
+          %0 = dim(%x) {axis=0} : index(a)
+          %1 = dim(%x) {axis=1} : index(b)
+          %2 = index_const() {value=1} : index(1)
+          %3 = reduce(%x) {dims=[1], keepdim=false, kind="sum"} : f32[a]
+          %4 = reshape(%3, %0, %2) : f32[a, 1]
+          %5 = broadcast_in_dim(%3, %0, %1) {dims=[0]} : f32[a, b]
+          %6 = reshape(%3, %2, %0, %2) : f32[1, a, 1]
+          %7 = reshape(%x, %1, %0) : f32[b, a]
+          %8 = broadcast_in_dim(%7, %2, %1, %0) {dims=[1, 2]} : f32[1, b, a]
+          %9 = reshape(%y, %0) : f32[a]
+          %10 = broadcast_in_dim(%9, %0, %1) {dims=[0]} : f32[a, b]
+          %11 = broadcast_in_dim(%3, %1, %0, %1) {dims=[1]} : f32[b, a, b]
+          return %5, %8, %10, %11
+        }
+        """,
+    )

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
-from disc.codegen.groups import column_space, output_source, reads, reduction_domain, reduction_levels, runtime_broadcasts
+from disc.codegen.groups import column_space, output_source, reads, reduced_index, reduction_domain, reduction_levels, runtime_broadcasts
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
@@ -863,11 +863,11 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
         if o in row_outputs:
             source = output_source(o, em.members)  # a reshaped row value (a bias gradient [1, n] -> [n])
             # Reductions of one group share their rows but may differ in keepdim: index
-            # the row by a reduction of the source's own shape.
-            r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
-            if r is None:
+            # the row by a reduction of the source's own shape (or a unit-dim view of it).
+            dims = reduced_index(em.c, source, reductions, row_of.__getitem__)
+            if dims is None:
                 raise Unsupported(f"output %{o.name} {o.type} is neither a row space {reductions[0].type} nor the reduced space")
-            at = Idx(em.shape(source), row_of[r])
+            at = Idx(em.shape(source), dims)
             v = em.value(source, at)
             em.w(f"out{i}[{em.linear_of(at)}] = {v};")
     if full_outputs:
@@ -995,10 +995,10 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
             if out not in row_outputs:
                 continue
             source = output_source(out, em.members)
-            r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
-            if r is None:
+            dims = reduced_index(em.c, source, reductions, lambda r: outer_dims + (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner))
+            if dims is None:
                 raise Unsupported(f"output %{out.name} {out.type} is neither a reduced space nor the full space {domain.type}")
-            at = Idx(em.shape(source), outer_dims + (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner))
+            at = Idx(em.shape(source), dims)
             em.w(f"out{i}[{em.linear_of(at)}] = {em.value(source, at)};")
         em.scopes.pop()
         em.w.depth -= 1

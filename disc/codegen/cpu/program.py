@@ -137,6 +137,11 @@ class _ProgramEmitter:
             return f"static_cast<{t}*>(consts[{self.constants.index(str(where))}])"
         return f"reinterpret_cast<{t}*>(ws + off{where})"
 
+    def _at(self, view: View) -> str:
+        """The address of a view's first element."""
+        offset = self.c.normalize(view.offset)
+        return self._ptr(view.base) if offset == SymExpr.const(0) else f"{self._ptr(view.base)} + {self.names.expr(offset)}"
+
     def _placement(self) -> list[str]:
         """C++ placing every slot at this call's sizes; defines ``off<k>`` and ``ws_bytes``."""
         slots = self.lp.slots
@@ -263,8 +268,8 @@ class _ProgramEmitter:
         e = self.names.expr
         for i, (size, sa, sb, sc) in enumerate(batch):
             lines.append(f"    g.batch_shape[{i}] = {e(size)}; g.a_bs[{i}] = {e(sa)}; g.b_bs[{i}] = {e(sb)}; g.c_bs[{i}] = {e(sc)};")
-        lines.append(f"    g.a = {self._ptr(lhs.base)}; g.a_rs = {a_rs}; g.a_cs = {a_cs};")
-        lines.append(f"    g.b = {self._ptr(rhs.base)}; g.b_rs = {b_rs}; g.b_cs = {b_cs};")
+        lines.append(f"    g.a = {self._at(lhs)}; g.a_rs = {a_rs}; g.a_cs = {a_cs};")
+        lines.append(f"    g.b = {self._at(rhs)}; g.b_rs = {b_rs}; g.b_cs = {b_cs};")
         lines.append(f"    g.c = {self._ptr(out.base)}; g.c_rs = {c_rs}; g.alpha = 1.0f; g.beta = 0.0f;")
         lines.append("    if (ral->gemm(ctx, &g)) return 1;")
         lines.append("  }")

@@ -30,7 +30,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from disc.codegen.groups import leading_reduction, output_source, reduction_domain, reduction_levels, runtime_broadcasts
+from disc.codegen.groups import (
+    leading_reduction,
+    output_source,
+    reduced_index,
+    reduction_domain,
+    reduction_levels,
+    runtime_broadcasts,
+    unit_dim_view,
+)
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
@@ -280,6 +288,9 @@ class _Emitter:
         x = n.inputs[0]
         if idx.dims is None:
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
+        view = unit_dim_view(idx.dims, n.shape, x.shape)
+        if view is not None:
+            return self.value(x, Idx(self.shape(x), view))
         # Trailing dims the reshape leaves alone keep their index; only the rest is re-linearised.
         k = 0
         while k < min(len(n.shape), len(x.shape)) and self.c.prove_equal(n.shape[-1 - k], x.shape[-1 - k]):
@@ -580,10 +591,10 @@ def _write_row_outputs(em: _Emitter, step: KernelStep, reductions: list[Node], r
         if o not in row_outputs:
             continue
         source = output_source(o, em.members)  # a reshaped row value (a bias gradient [1, n] -> [n])
-        r = next((r for r in reductions if em.c.prove_same_shape(source.shape, r.shape)), None)
-        if r is None:
+        dims = reduced_index(em.c, source, reductions, row_of.__getitem__)
+        if dims is None:
             raise Unsupported(f"output %{o.name} {o.type} is neither a row space nor the reduced space")
-        at = Idx(em.shape(source), row_of[r])
+        at = Idx(em.shape(source), dims)
         em.w(f"tl.store(out{i} + {em.linear_of(at)}, {em.value(source, at)}, mask={em.masks[-1]})")
 
 

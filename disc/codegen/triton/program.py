@@ -184,7 +184,11 @@ class _ProgramEmitter:
     def _view(self, v: View, parts: list[tuple[SymExpr, object]]) -> str:
         size = ", ".join(self.names.expr(s) for s, _ in parts)
         stride = ", ".join(self.names.expr(st) for _, st in parts)
-        return f"{self._buf(v.base)}.as_strided([{size}], [{stride}])"
+        buf = self._buf(v.base)
+        offset = self.c.normalize(v.offset)
+        if offset == SymExpr.const(0):
+            return f"{buf}.as_strided([{size}], [{stride}])"
+        return f"{buf}.as_strided([{size}], [{stride}], {buf}.storage_offset() + {self.names.expr(offset)})"
 
     def _library_call(self, k: int, step: LibraryStep) -> list[str]:
         n = step.node

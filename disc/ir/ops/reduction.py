@@ -29,14 +29,23 @@ def reduced_shape(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, 
 
 
 def spreads_back_onto_its_rows(spread: Node, reduction: Node) -> bool:
-    """Whether broadcast ``spread``, of ``reduction``'s result (or a value of its shape), puts each
-    reduced value back on the elements it was reduced from: the kept dims onto themselves, in the
-    reduction's operand's rank. ``x - x.amax(1)`` on an [n, n] tensor does not (row j's max lands
-    on column j); ``x - x.amax(1, keepdim=True)`` does."""
+    """Whether broadcast ``spread``, of ``reduction``'s result (or a value of its shape, with or
+    without unit dims inserted: ``x.mean(-1).unsqueeze(-1)``), puts each reduced value back on
+    the elements it was reduced from: the kept dims onto themselves, in the reduction's operand's
+    rank. ``x - x.amax(1)`` on an [n, n] tensor does not (row j's max lands on column j);
+    ``x - x.amax(1, keepdim=True)`` does. Unit dims read index 0 wherever they are spread, so
+    only the other dims are compared."""
     rank = len(reduction.inputs[0].shape)
     dims = reduction.attrs["dims"]
     kept = list(range(rank)) if reduction.attrs.get("keepdim") else [d for d in range(rank) if d not in dims]
-    return len(spread.shape) == rank and list(spread.attrs["dims"]) == kept
+    if len(spread.shape) != rank:
+        return False
+    if list(spread.attrs["dims"]) == kept:
+        return True
+    operand = spread.inputs[0].shape
+    spread_to = [(d, to) for d, to in zip(operand, spread.attrs["dims"]) if d != 1]
+    kept_at = [(d, at) for d, at in zip(reduction.shape, kept) if d != 1]
+    return spread_to == kept_at
 
 
 @register("reduce", "x", attrs={"dims": (), "kind": "sum", "keepdim": False}, dtype=same_dtype_as(0), shape=reduced_shape, category=REDUCTION)
