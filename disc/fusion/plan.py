@@ -395,20 +395,19 @@ class _Planner:
         out? Only if ``gn`` reads all of its values, nothing else does (no other kernel, no cheap op
         another kernel recomputes, not the program's result), and no reduction is involved."""
         for m in self.members[gp]:
-            if m in self.g.outputs or (_fusible_kind(m) == "cheap" and self.group_of.get(m) is not None):
+            if _fusible_kind(m) == "cheap":
+                continue  # recomputed by every kernel that reads it, wherever that is
+            if m in self.g.outputs or any(_is_kernel_op(u) and self.group_of.get(u) not in (gp, gn) for u in self.users[m]):
                 return False
-            for u in self.users[m]:
-                if _is_kernel_op(u) and self.group_of.get(u) not in (gp, gn):
-                    return False
-        return not self._part_remap_with_reduction(gp, gn, any_remap=True) and not self._creates_cycle(gp, gn)
-
-    def _part_remap_with_reduction(self, a: int, b: int, any_remap: bool = False) -> bool:
-        """Would the merged group hold a reduction and a slice, concat or pad? (Kept apart: a row
-        kernel reads its row at positions of its own.) With ``any_remap`` any reduction counts."""
-        merged = self.members[a] + self.members[b]
-        if not any(_fusible_kind(m) == "reduction" for m in merged):
+        if any(_fusible_kind(m) == "reduction" for m in self.members[gp] + self.members[gn]):
             return False
-        return any_remap or any(m.op in _PART_REMAPS for m in merged)
+        return not self._creates_cycle(gp, gn)
+
+    def _part_remap_with_reduction(self, a: int, b: int) -> bool:
+        """Would the merged group hold a reduction and a slice, concat or pad? (Kept apart: a row
+        kernel reads its row at positions of its own.)"""
+        merged = self.members[a] + self.members[b]
+        return any(_fusible_kind(m) == "reduction" for m in merged) and any(m.op in _PART_REMAPS for m in merged)
 
     def _creates_cycle(self, a: int, b: int) -> bool:
         """Would merging groups a and b make a group that depends on itself through another group?"""
