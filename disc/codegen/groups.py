@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from disc.codegen.lowering import KernelStep, Unsupported
+from disc.fusion.plan import same_but_unit_dims
 from disc.ir.graph import Node
 from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike
@@ -24,12 +25,11 @@ def output_source(out: Node, members: set[Node]) -> Node:
     return out
 
 
-def unit_dim_view(dims: tuple[str, ...], shape: tuple[DimLike, ...], source: tuple[DimLike, ...]) -> tuple[str, ...] | None:
-    """Where index ``dims`` of a reshape to ``shape`` reads its operand of shape ``source``, when
-    the reshape only inserts or drops dims of size 1: the other dims keep their index, the
-    operand's unit dims take 0. None for any other reshape. (Reading a reduction's result as
-    [rows, 1] must name the same row as the reduction, not a re-linearised one.)"""
-    if [d for d in shape if d != 1] != [d for d in source if d != 1]:
+def _unit_dim_view(dims: tuple[str, ...], shape: tuple[DimLike, ...], source: tuple[DimLike, ...]) -> tuple[str, ...] | None:
+    """Where index ``dims`` of a value of ``shape`` is in the same elements viewed as ``source``,
+    when the two differ only by dims of size 1: the other dims keep their index, ``source``'s
+    unit dims take 0. None otherwise."""
+    if not same_but_unit_dims(shape, source):
         return None
     kept = iter([i for i, d in zip(dims, shape) if d != 1])
     return tuple("0" if d == 1 else next(kept) for d in source)
@@ -43,7 +43,7 @@ def reduced_index(c: ShapeConstraints, source: Node, reductions: list[Node], row
         if c.prove_same_shape(source.shape, r.shape):
             return row_of(r)
     for r in reductions:
-        view = unit_dim_view(row_of(r), r.shape, source.shape)
+        view = _unit_dim_view(row_of(r), r.shape, source.shape)
         if view is not None:
             return view
     return None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from disc.ir.graph import Graph, Node
 from disc.ir.ops.reduction import spreads_back_onto_its_rows
 from disc.ir.registry import BROADCAST, ELEMENTWISE, LIBRARY, REDUCTION, get_spec, kernel_kind
-from disc.shape.expr import SymExpr
+from disc.shape.expr import DimLike, SymExpr
 
 # Movement ops that only remap indices of one operand: fusible like elementwise ops.
 _INDEX_REMAPS = {"reshape", "transpose"}
@@ -120,9 +120,12 @@ def _fusible_kind(n: Node) -> str | None:
 def is_unit_dim_reshape(n: Node) -> bool:
     """A reshape that only inserts or drops dims of size 1 (``[n] -> [n, 1]``): read at an index,
     it reads its operand at the same index less the unit dims, never another row's values."""
-    if n.op != "reshape":
-        return False
-    return [d for d in n.shape if d != 1] == [d for d in n.inputs[0].shape if d != 1]
+    return n.op == "reshape" and same_but_unit_dims(n.shape, n.inputs[0].shape)
+
+
+def same_but_unit_dims(a: Sequence[DimLike], b: Sequence[DimLike]) -> bool:
+    """Do shapes ``a`` and ``b`` list the same dims once the static 1s are dropped?"""
+    return [d for d in a if d != 1] == [d for d in b if d != 1]
 
 
 def _reads_a_buffer_through_unit_dims(n: Node) -> bool:

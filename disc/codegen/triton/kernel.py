@@ -37,7 +37,6 @@ from disc.codegen.groups import (
     reduction_domain,
     reduction_levels,
     runtime_broadcasts,
-    unit_dim_view,
 )
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
@@ -288,20 +287,26 @@ class _Emitter:
         x = n.inputs[0]
         if idx.dims is None:
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
-        view = unit_dim_view(idx.dims, n.shape, x.shape)
-        if view is not None:
-            return self.value(x, Idx(self.shape(x), view))
-        # Trailing dims the reshape leaves alone keep their index; only the rest is re-linearised.
-        k = 0
-        while k < min(len(n.shape), len(x.shape)) and self.c.prove_equal(n.shape[-1 - k], x.shape[-1 - k]):
-            k += 1
-        out_shape, in_shape = self.shape(n), self.shape(x)
-        suffix = idx.dims[len(idx.dims) - k :] if k else ()
-        head = Idx(out_shape[: len(out_shape) - k], idx.dims[: len(idx.dims) - k])
-        if not head.shape:
-            return self.value(x, Idx(in_shape, ("0",) * (len(in_shape) - k) + tuple(suffix)))
-        prefix = self.dims_of(Idx(in_shape[: len(in_shape) - k], None, self.linear_of(head)))
-        return self.value(x, Idx(in_shape, tuple(prefix) + tuple(suffix)))
+        return self.value(x, self._reshaped(idx, n.shape, x.shape))
+
+    def _reshaped(self, idx: Idx, shape: tuple, new_shape: tuple) -> Idx:
+        """The position ``idx`` in a value of IR shape ``shape`` as a position in the same elements
+        viewed as ``new_shape``, group by group of dims with proven-equal products (as the C++
+        generator does): a row keeps its index block, and a unit dim added or dropped moves
+        nothing, so a row statistic read as [rows, 1] is the row's own value."""
+        new_c = tuple(self.dim(d) for d in new_shape)
+        groups = self.c.reshape_groups(shape, new_shape)
+        if groups is None:
+            return Idx(new_c, None, self.linear_of(idx))
+        dims = ["0"] * len(new_c)
+        for src, dst in groups:
+            if len(src) == 1 and len(dst) == 1:
+                dims[dst[0]] = idx.dims[src[0]]
+                continue
+            lin = self.linear_of(Idx(tuple(self.dim(shape[k]) for k in src), tuple(idx.dims[k] for k in src)))
+            for k, i in zip(dst, self.dims_of(Idx(new_c[dst.start : dst.stop], None, lin))):
+                dims[k] = i
+        return Idx(new_c, tuple(dims), idx.linear)
 
     def _op_transpose(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
