@@ -15,11 +15,15 @@ from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
 from disc.shape.expr import SymExpr
 
+SHAPES_KEPT = 256  # input shapes an InputChecker remembers as valid
+
 
 class InputChecker:
     """Checks call inputs against ``g`` (dtype, rank, device, dims and their constraints), raising a clear error.
 
-    What to compare is worked out once per graph; a call only compares sizes.
+    What to compare is worked out once per graph; a call only compares sizes. The dim rules
+    depend on the shapes alone, so shapes that passed are remembered: a call at one of them
+    only checks dtypes and devices.
     """
 
     def __init__(self, g: Graph, names: Sequence[str], device: str = "cpu") -> None:
@@ -41,10 +45,26 @@ class InputChecker:
                     root = c.find(sym)
                     dims.append((axis, None, root, sym, c.facts.get(root)))
             self.plan.append((name, DTYPES[ty.dtype], ty.rank, ty, dims))
+        self.dtypes = [dtype for _, dtype, _, _, _ in self.plan]
+        self.passed: set[tuple[object, ...]] = set()  # input shapes whose dims met every rule
 
     def __call__(self, tensors: Sequence[object]) -> None:
         if len(tensors) != self.n:
             raise InputError(f"expected {self.n} input(s) {self.names}, got {len(tensors)}")
+        shapes = tuple([getattr(t, "shape", None) for t in tensors])
+        if shapes in self.passed:
+            on_cpu = self.device == "cpu"  # t.is_cpu costs a seventh of building t.device
+            for dtype, t in zip(self.dtypes, tensors):
+                if not isinstance(t, torch.Tensor) or t.dtype != dtype or (not t.is_cpu if on_cpu else t.device.type != self.device):
+                    break  # the full check below names what is wrong
+            else:
+                return
+        self._check(tensors)
+        if len(self.passed) >= SHAPES_KEPT:
+            self.passed.clear()
+        self.passed.add(shapes)
+
+    def _check(self, tensors: Sequence[object]) -> None:
         seen: dict[object, tuple[int, str, int]] = {}  # root symbol -> (value, input, axis)
         for (name, dtype, rank, ty, dims), t in zip(self.plan, tensors):
             if not isinstance(t, torch.Tensor):

@@ -116,6 +116,7 @@ def _torch_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype)
 
 
+PLANS_KEPT = 256  # input shapes whose native plan (dims, output shapes, workspace) an executor keeps
 _THREAD_WORKSPACE = threading.local()  # .workspace: the calling thread's kept workspace
 
 
@@ -165,6 +166,7 @@ class NativeExecutor:
         self._local = _THREAD_WORKSPACE
         # Large outputs reuse freed ones' memory (see OutputCache) where the RAL has the cache.
         self._empty = self.ral.outputs.empty if self.ral.outputs is not None else _torch_empty
+        self._plans: dict[tuple[torch.Size, ...], tuple[Any, list[tuple[int, ...]], int]] = {}
 
     def _workspace(self, nbytes: int) -> torch.Tensor:
         """This thread's workspace, at least ``nbytes`` (+64 for alignment).
@@ -188,8 +190,17 @@ class NativeExecutor:
         """Free the calling thread's kept workspace, shared by every program (the next call allocates a fresh one)."""
         self._local.workspace = None
 
-    def _plan(self, inputs: Sequence[torch.Tensor], ctx: Any = None):
-        """Input dims for the native calls, output dims and workspace bytes (``disc_shapes``)."""
+    def _plan(self, inputs: Sequence[torch.Tensor], ctx: Any = None) -> tuple[Any, list[tuple[int, ...]], int]:
+        """Input dims for the native calls, output shapes and workspace bytes (``disc_shapes``).
+
+        They depend on the input shapes alone, so each shape's plan is kept (a repeated shape
+        skips the native call and the ctypes arrays it needs: a third of a small call's
+        overhead). The dims array is only read by ``disc_run``, so threads can share it.
+        """
+        key = tuple([t.shape for t in inputs])
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
         dims = self._dims_t(*[d for t in inputs for d in t.shape])
         ctx = ctx if ctx is not None else self.ral.Ctx()
         out_dims = self._out_dims_t()
@@ -197,7 +208,14 @@ class NativeExecutor:
         rc = self._shapes(dims, out_dims, ctypes.byref(ws_bytes), ctypes.byref(ctx))
         if rc:
             self._raise(rc, ctx)
-        return dims, out_dims, ws_bytes.value
+        shapes, pos = [], 0
+        for rank, _ in self._out_meta:
+            shapes.append(tuple(out_dims[pos : pos + rank]))
+            pos += rank
+        if len(self._plans) >= PLANS_KEPT:  # a stream of ever-new shapes: start afresh
+            self._plans.clear()
+        plan = self._plans[key] = (dims, shapes, ws_bytes.value)
+        return plan
 
     def run(self, inputs: Sequence[torch.Tensor], out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """Outputs for ``inputs``; ``out`` optionally supplies the output buffers (one per
@@ -206,11 +224,9 @@ class NativeExecutor:
         if out is not None and len(out) != len(self._out_meta):
             raise ValueError(f"out: expected {len(self._out_meta)} buffers, got {len(out)}")
         ctx = self.ral.Ctx()  # per call: the error of this call only
-        dims, out_dims, ws_bytes = self._plan(inputs, ctx)
-        outs, pos = [], 0
-        for k, (rank, dtype) in enumerate(self._out_meta):
-            shape = tuple(out_dims[pos : pos + rank])
-            pos += rank
+        dims, shapes, ws_bytes = self._plan(inputs, ctx)
+        outs = []
+        for k, ((_, dtype), shape) in enumerate(zip(self._out_meta, shapes)):
             if out is None:
                 outs.append(self._empty(shape, dtype))
                 continue
