@@ -34,7 +34,9 @@ from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, SymExpr, as_expr
 
 _REMAPS = ("reshape", "transpose")
-_VIEWS = (*_REMAPS, "slice")  # read by a GEMM through strides (a slice: a start offset too)
+# Read by a GEMM through strides: a slice with a start offset too, a broadcast with stride 0 along
+# the dims it expands (GQA's repeated K/V heads become a batch dim the GEMM reads again).
+_VIEWS = (*_REMAPS, "slice", "broadcast_in_dim")
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1}
 NATIVE_DTYPES = frozenset({"f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
 
@@ -332,7 +334,7 @@ class _Lowering:
             changed = False
             for n in list(views):
                 for u in self.users[n]:
-                    ok = u in views if u.op != "dot_general" else self._gemm_accepts(u, n, views[n])
+                    ok = u in views if u.op != "dot_general" else self._gemm_accepts(u, n, views[n], self.c)
                     if not ok:
                         del views[n]
                         changed = True
@@ -340,10 +342,17 @@ class _Lowering:
         return views
 
     @staticmethod
-    def _gemm_accepts(dot: Node, operand: Node, view: View) -> bool:
+    def _gemm_accepts(dot: Node, operand: Node, view: View, c: ShapeConstraints) -> bool:
+        """Compound dims and dims read again (stride 0) only as batch dims: a matrix's rows and
+        columns need one non-zero stride each."""
         side = "lhs" if dot.inputs[0] is operand else "rhs"
         batch = set(dot.attrs[f"{side}_batch"])
-        return all(k in batch for k, st in enumerate(view.strides) if isinstance(st, tuple))
+        for k, st in enumerate(view.strides):
+            if k in batch:
+                continue
+            if isinstance(st, tuple) or (c.prove_equal(st, 0) and not c.prove_is_one(view.shape[k])):
+                return False
+        return True
 
     def _remap(self, v: View, n: Node) -> View | None:
         if n.op == "transpose":
@@ -356,6 +365,14 @@ class _Lowering:
             strides = list(v.strides)
             strides[axis] = stride * n.attrs["step"]
             return View(v.base, n.shape, tuple(strides), v.offset + as_expr(n.inputs[1].type.value) * stride)
+        if n.op == "broadcast_in_dim":
+            strides = [SymExpr.const(0)] * len(n.shape)
+            for i, d in enumerate(n.attrs["dims"]):
+                if self.c.prove_equal(v.shape[i], n.shape[d]):
+                    strides[d] = v.strides[i]
+                elif not self.c.prove_is_one(v.shape[i]):
+                    return None  # expanded or not is decided at run time
+            return View(v.base, n.shape, tuple(strides), v.offset)
         strides = reshape_view(self.c, v.shape, v.strides, n.shape)
         return None if strides is None else View(v.base, n.shape, strides, v.offset)
 

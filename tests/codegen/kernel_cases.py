@@ -131,6 +131,38 @@ class Attention(nn.Module):
         return self.o((p @ heads[2]).transpose(1, 2).reshape(b, t, self.h * self.d))
 
 
+class GroupedQueryAttention(nn.Module):
+    """LLaMA's grouped-query attention: each K/V head serves ``h // kv`` query heads (``repeat_kv``)."""
+
+    def __init__(self, h: int = 4, kv: int = 2, d: int = 8) -> None:
+        super().__init__()
+        self.h, self.kv, self.d = h, kv, d
+        self.q = nn.Linear(h * d, h * d)
+        self.k_and_v = nn.Linear(h * d, 2 * kv * d)
+        self.o = nn.Linear(h * d, h * d)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        h, kv, d = self.h, self.kv, self.d
+        q = self.q(x).view(b, t, h, d).transpose(1, 2)
+        k, v = (z.view(b, t, kv, d).transpose(1, 2) for z in self.k_and_v(x).split(kv * d, dim=-1))
+        k, v = (z[:, :, None].expand(b, kv, h // kv, t, d).reshape(b, h, t, d) for z in (k, v))
+        p = torch.softmax(q @ k.transpose(-1, -2) / d**0.5, dim=-1)
+        return self.o((p @ v).transpose(1, 2).reshape(b, t, h * d))
+
+
+class RepeatedRows(nn.Module):
+    """A row broadcast to every row of a GEMM operand: rows of stride 0 are no matrix, so it is written out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row = nn.Parameter(torch.randn(1, 6))
+        self.w = nn.Parameter(torch.randn(6, 5))
+
+    def forward(self, y):
+        return self.row.expand(y.shape[0], 6) @ self.w + y
+
+
 class ConvPool(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -22,11 +22,13 @@ from kernel_cases import (
     ConcatThree,
     ConvPool,
     Elementwise,
+    GroupedQueryAttention,
     MaskedSoftmax,
     Movement,
     Norms,
     PartsOfAProducer,
     Powers,
+    RepeatedRows,
     ReshapeByWidth,
     RowSum,
     check_against_eager,
@@ -207,6 +209,27 @@ def test_attention_gemms_read_heads_through_strides_and_need_no_copy_kernel():
     assert sum(n.op == "slice" for n in cm.executor.native.lowered.folded_views) == 3  # read at offsets of the qkv result
     text = cm.executor.native.source.text
     assert text.count("ral->gemm(") == 4  # qkv, scores, context, output projection
+
+
+def test_grouped_query_attention_reads_each_kv_head_again_instead_of_copying_it():
+    m = GroupedQueryAttention()
+    cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})
+    for b, t in [(1, 1), (2, 5), (3, 17), (1, 64)]:
+        _check(cm, m, (torch.randn(b, t, 32),), tol=1e-4)
+    for c in cm.executor.native.source.calls:
+        if isinstance(c, KernelCall):
+            ops = {n.op for n in c.step.group.nodes}
+            assert not ops <= {"broadcast_in_dim", "reshape", "transpose", "slice"}, f"K or V copied: {ops}"
+    # the expanded K and V: batch dims of stride 0 in the scores and context GEMMs
+    assert sum(n.op == "broadcast_in_dim" for n in cm.executor.native.lowered.folded_views) == 2
+
+
+def test_a_row_repeated_down_a_gemm_operand_is_written_out_and_exact():
+    m = RepeatedRows()
+    cm = _compile(m, (torch.randn(4, 5),), {"y": {0: "n"}})
+    for n in (1, 4, 9):
+        _check(cm, m, (torch.randn(n, 5),))
+    assert not any(n.op == "broadcast_in_dim" for n in cm.executor.native.lowered.folded_views)
 
 
 def test_values_saved_for_backward_come_out_of_their_kernels_in_order():
