@@ -22,6 +22,7 @@ the reason; the caller then runs the reference executor and says why.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,12 @@ class LoweredProgram:
             live = ", ".join(f"{a}..{b}" for a, b in slot.live)
             lines.append(f"  slot {k}: {slot.size} B  <- {names}  (live in steps {live})")
         return lines
+
+    def describe_folded_views(self) -> str:
+        """"12 ops folded (reshape 6, transpose 4, broadcast_in_dim 2)": the view ops no kernel computes."""
+        kinds = Counter(n.op for n in self.folded_views)
+        detail = ", ".join(f"{op} {k}" for op, k in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        return f"{sum(kinds.values())} ops folded" + (f" ({detail})" if detail else "")
 
     def counts(self) -> dict[str, int]:
         out = {"memory_bound": 0, "library": 0}

@@ -222,6 +222,7 @@ def test_grouped_query_attention_reads_each_kv_head_again_instead_of_copying_it(
             assert not ops <= {"broadcast_in_dim", "reshape", "transpose", "slice"}, f"K or V copied: {ops}"
     # the expanded K and V: batch dims of stride 0 in the scores and context GEMMs
     assert sum(n.op == "broadcast_in_dim" for n in cm.executor.native.lowered.folded_views) == 2
+    assert "broadcast_in_dim 2" in disc.explain(cm)
 
 
 def test_a_row_repeated_down_a_gemm_operand_is_written_out_and_exact():

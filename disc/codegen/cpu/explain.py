@@ -18,7 +18,7 @@ def describe_native(native: Any) -> list[str]:
         f"  built in {native.seconds:.2f}s ({'from the cache' if native.build.cached else 'compiled'}); source: {native.build.source_path}",
         f"  per call: {counts['memory_bound']} memory-bound kernels ({len(src.kernels)} distinct functions), "
         f"{counts['library']} library calls ({load_ral().gemm_library})",
-        f"  GEMM operands read through strides instead of copies: {len(lp.folded_views)} reshape/transpose/slice ops folded",
+        f"  GEMM operands read through strides instead of copies: {lp.describe_folded_views()}",
         "",
         "-- kernels (speculation versions; the first whose condition holds runs) --",
     ]

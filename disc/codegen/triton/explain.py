@@ -18,7 +18,7 @@ def describe_triton(build: Any) -> list[str]:
         f"-- backend: Triton program (runs on {where}) --",
         f"  generated in {build.seconds:.2f}s; source: {build.path}",
         f"  per call: {counts['memory_bound']} memory-bound kernels ({len(src.kernels)} distinct), {counts['library']} library calls (torch: cuBLAS / cuDNN)",
-        f"  GEMM operands read through strides instead of copies: {len(lp.folded_views)} reshape/transpose/slice ops folded",
+        f"  GEMM operands read through strides instead of copies: {lp.describe_folded_views()}",
     ]
     if build.compiled:
         forms = len({id(f) for f in build.compiled.values()})
