@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
 from disc.codegen.groups import column_space, output_source, reads, reduced_index, reduction_domain, reduction_levels, runtime_broadcasts
+from disc.codegen.index import Idx, reshaped
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
@@ -57,15 +58,6 @@ ROW_CACHE_BUFFERS = 3  # reduction operands cached per row, at most
 MAX_VERSIONS = 8  # per kernel; the profiling counters reserve this many slots a step
 WINDOW_UNROLL_MAX = 64  # pooling windows up to this many positions are unrolled (GCC vectorises innermost loops only)
 SPLIT_ROW_MIN = 32768  # a row this long is worth a parallel region of its own when rows are too few
-
-
-@dataclass
-class Idx:
-    """A position in a value of shape ``shape``: per-dim indices, the linear offset, or both."""
-
-    shape: tuple[str, ...]
-    dims: tuple[str, ...] | None = None
-    linear: str | None = None
 
 
 @dataclass
@@ -260,31 +252,12 @@ class _Emitter:
                 dims.append(f"({self.dim(src)} == 1 ? 0 : {out[d]})")
         return self.value(x, self._operand_idx(x, dims))
 
-    def reshaped(self, idx: Idx, shape: tuple, new_shape: tuple) -> Idx:
-        """The position ``idx`` in a value of IR shape ``shape`` as a position in the same elements
-        viewed as ``new_shape`` (equal counts, row-major)."""
-        new_c = tuple(self.dim(d) for d in new_shape)
-        groups = self.c.reshape_groups(shape, new_shape) if idx.dims is not None else None
-        if groups is None:
-            return Idx(new_c, None, self.linear_of(idx))
-        # Group by group (dims whose products are equal), so that a row's index splits once per
-        # row and the columns' by constants, rather than the flat index by divisions per element.
-        dims = ["0"] * len(new_c)
-        for src, dst in groups:
-            if len(src) == 1 and len(dst) == 1:
-                dims[dst[0]] = idx.dims[src[0]]
-                continue
-            lin = self.linear_of(Idx(tuple(self.dim(shape[k]) for k in src), tuple(idx.dims[k] for k in src)))
-            for k, i in zip(dst, self.dims_of(Idx(new_c[dst.start : dst.stop], None, lin))):
-                dims[k] = i
-        return Idx(new_c, tuple(dims), idx.linear)
-
     def _op_reshape(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
         if idx.dims is None or (idx.linear is not None and x not in self.members):
             # A buffer read at the same linear position needs no dims of its own.
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
-        return self.value(x, self.reshaped(idx, n.shape, x.shape))
+        return self.value(x, reshaped(self, idx, n.shape, x.shape))
 
     def _op_transpose(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
@@ -712,7 +685,7 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
             em.w(f"out{i}[{em.linear_of(idx)}] = {em.value(source, idx)};")
             continue
         elif em.c.prove_same_numel(out.shape, space.shape):
-            at = em.reshaped(idx, space.shape, out.shape)
+            at = reshaped(em, idx, space.shape, out.shape)
         else:
             raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
         v = em.value(out, at)

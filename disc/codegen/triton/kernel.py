@@ -38,6 +38,7 @@ from disc.codegen.groups import (
     reduction_levels,
     runtime_broadcasts,
 )
+from disc.codegen.index import Idx, reshaped
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
@@ -56,15 +57,6 @@ MIN_ROW_BLOCK = 16  # narrowest block-row tile: shorter rows are masked (fewer c
 LOOP_ROW_BLOCK = 1024  # chunk of a ``loop-row`` reduction
 COLUMN_BLOCK = (32, 64)  # (rows, kept elements) of a column-reduction tile
 WINDOW_UNROLL_MAX = 256  # pooling windows are unrolled; larger ones are not generated
-
-
-@dataclass
-class Idx:
-    """A block of positions in a value of shape ``shape``: per-dim index blocks, the linear offset, or both."""
-
-    shape: tuple[str, ...]
-    dims: tuple[str, ...] | None = None
-    linear: str | None = None
 
 
 @dataclass
@@ -287,26 +279,7 @@ class _Emitter:
         x = n.inputs[0]
         if idx.dims is None:
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
-        return self.value(x, self._reshaped(idx, n.shape, x.shape))
-
-    def _reshaped(self, idx: Idx, shape: tuple, new_shape: tuple) -> Idx:
-        """The position ``idx`` in a value of IR shape ``shape`` as a position in the same elements
-        viewed as ``new_shape``, group by group of dims with proven-equal products (as the C++
-        generator does): a row keeps its index block, and a unit dim added or dropped moves
-        nothing, so a row statistic read as [rows, 1] is the row's own value."""
-        new_c = tuple(self.dim(d) for d in new_shape)
-        groups = self.c.reshape_groups(shape, new_shape)
-        if groups is None:
-            return Idx(new_c, None, self.linear_of(idx))
-        dims = ["0"] * len(new_c)
-        for src, dst in groups:
-            if len(src) == 1 and len(dst) == 1:
-                dims[dst[0]] = idx.dims[src[0]]
-                continue
-            lin = self.linear_of(Idx(tuple(self.dim(shape[k]) for k in src), tuple(idx.dims[k] for k in src)))
-            for k, i in zip(dst, self.dims_of(Idx(new_c[dst.start : dst.stop], None, lin))):
-                dims[k] = i
-        return Idx(new_c, tuple(dims), idx.linear)
+        return self.value(x, reshaped(self, idx, n.shape, x.shape))
 
     def _op_transpose(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
