@@ -57,11 +57,11 @@ extern "C" int disc_epilogue_probe(int64_t m, int64_t k, int64_t n, int32_t gelu
     const memory::desc bd({1, n}, memory::data_type::f32, memory::dims{n, 1});
     const memory::desc cd({m, n}, memory::data_type::f32, memory::dims{n, 1});
     dnnl::post_ops ops;
-    if (gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    if (gelu) ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
-    const dnnl::matmul::primitive_desc with_epilogue(dnnl::matmul::desc(ad, wd, bd, cd), attr, eng);
-    const dnnl::matmul::primitive_desc plain(dnnl::matmul::desc(ad, wd, cd), eng);
+    const dnnl::matmul::primitive_desc with_epilogue(eng, ad, wd, bd, cd, attr);
+    const dnnl::matmul::primitive_desc plain(eng, ad, wd, cd);
     const dnnl::matmul mm_epilogue(with_epilogue), mm_plain(plain);
     std::snprintf(impl, size_t(impl_len), "%s", with_epilogue.impl_info_str());
     memory am(ad, eng, a.data()), wm(wd, eng, w.data()), bm(bd, eng, bias.data()), cm(cd, eng, c.data()), fm(cd, eng, fused.data());

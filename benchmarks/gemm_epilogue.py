@@ -45,7 +45,7 @@ ROWS = (32, 128, 512, 3072)  # M = batch * seq
 
 def load_probe() -> ctypes.CDLL:
     if not toolchain.have_dnnl():
-        raise SystemExit("gemm_epilogue: oneDNN is not installed (apt install libdnnl-dev); nothing to compare")
+        raise SystemExit("gemm_epilogue: oneDNN is not installed (pip install onednn-cpu-gomp onednn-devel-cpu-gomp); nothing to compare")
     flags, libs = toolchain.dnnl_build_args()
     source = PRELUDE + "\n" + (HERE / "gemm_epilogue.cc").read_text()
     lib = ctypes.CDLL(str(toolchain.build(source, "gemm_epilogue_probe", flags=flags, libs=libs).path))

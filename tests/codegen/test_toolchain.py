@@ -120,6 +120,28 @@ def test_dnnl_can_be_disabled(monkeypatch):
         assert toolchain.have_dnnl() is toolchain._dnnl_links(str(toolchain.dnnl_root() or ""))
 
 
+
+def _fake_dnnl(root, major: int) -> None:
+    """An install whose headers say oneDNN ``major``.0 (no library: a probe can only compile)."""
+    inc = root / "include" / "oneapi" / "dnnl"
+    inc.mkdir(parents=True)
+    (inc / "dnnl.h").write_text(f"#define DNNL_VERSION_MAJOR {major}\ntypedef struct {{ int major; }} dnnl_version_t;\nconst dnnl_version_t* dnnl_version();\n")
+
+
+def test_dnnl_root_from_the_environment_and_v2_refused(monkeypatch, tmp_path):
+    monkeypatch.delenv("DISC_NO_DNNL", raising=False)
+    old = tmp_path / "v2"
+    _fake_dnnl(old, 2)
+    monkeypatch.setenv("DISC_DNNL_ROOT", str(old))
+    assert toolchain.dnnl_root() == old
+    flags, libs = toolchain.dnnl_build_args()
+    assert f"-I{old / 'include'}" in flags and f"-L{old / 'lib'}" in libs
+    # The RAL is written against the v3 API: a 2.x install must select the builtin fallbacks.
+    assert toolchain.have_dnnl() is False
+    # A root without the header is not taken; the search goes on (this environment, then none).
+    monkeypatch.setenv("DISC_DNNL_ROOT", str(tmp_path / "missing"))
+    assert toolchain.dnnl_root() != tmp_path / "missing"
+
 def _sectioned(values: list[int]) -> str:
     """A source of one common part and a section per value (a function returning it), plus a sum."""
     common = "static int twice(int x) { return 2 * x; }\n" + "".join(f"int part{i}();\n" for i in range(len(values)))

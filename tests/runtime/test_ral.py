@@ -41,7 +41,7 @@ def test_library_name(ral):
     if ral.path.name.startswith("ral_cpu_builtin"):
         assert ral.gemm_library == "builtin"
     else:
-        assert ral.gemm_library.startswith("oneDNN 2.")
+        assert ral.gemm_library.startswith("oneDNN 3.")
     assert ral.table == ctypes.cast(ctypes.pointer(ral.functions), ctypes.c_void_p).value
 
 

@@ -23,6 +23,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -100,10 +101,16 @@ def cache_dir() -> Path:
 
 
 def dnnl_root() -> Path | None:
-    """``$DISC_DNNL_ROOT`` when it names an install with ``include/oneapi/dnnl/dnnl.h``."""
+    """Where oneDNN is installed, if not in the system's default paths.
+
+    ``$DISC_DNNL_ROOT`` first, then this Python environment: the pip packages
+    ``onednn-cpu-gomp`` and ``onednn-devel-cpu-gomp`` put ``lib/`` and ``include/`` under
+    ``sys.prefix``. None: use the compiler's default paths (a system ``libdnnl-dev``).
+    """
     env = os.environ.get("DISC_DNNL_ROOT", "").strip()
-    if env and (Path(env) / "include" / "oneapi" / "dnnl" / "dnnl.h").is_file():
-        return Path(env)
+    for root in (Path(env) if env else None, Path(sys.prefix)):
+        if root is not None and (root / "include" / "oneapi" / "dnnl" / "dnnl.h").is_file():
+            return root
     return None
 
 
@@ -133,7 +140,12 @@ def _dnnl_links(root: str) -> bool:
     # A tiny link probe, cached per process (and on disk through `build`): headers without the
     # library (or a broken install) must select the fallback rather than fail the RAL build.
     flags, libs = dnnl_build_args()
-    probe = '#include "oneapi/dnnl/dnnl.h"\nextern "C" int disc_probe() { return dnnl_version()->major; }\n'
+    # The RAL uses the v3 API: an older install (Debian 12's libdnnl-dev is 2.6) fails the probe.
+    probe = (
+        '#include "oneapi/dnnl/dnnl.h"\n'
+        '#if DNNL_VERSION_MAJOR < 3\n#error "oneDNN 3.x needed"\n#endif\n'
+        'extern "C" int disc_probe() { return dnnl_version()->major; }\n'
+    )
     try:
         build(probe, "dnnl_probe", flags=flags, libs=libs)
     except CompileError:

@@ -380,7 +380,7 @@ def _resolve(variant: Variant) -> str:
     if variant == "auto":
         return "dnnl" if toolchain.have_dnnl() else "builtin"
     if variant == "dnnl" and not toolchain.have_dnnl():
-        raise CompileError("disc RAL: oneDNN was requested but is not available (install libdnnl-dev or set DISC_DNNL_ROOT)")
+        raise CompileError("disc RAL: oneDNN was requested but is not available (oneDNN 3.x: `pip install onednn-cpu-gomp onednn-devel-cpu-gomp`, or set DISC_DNNL_ROOT to an install)")
     if variant not in ("dnnl", "builtin"):
         raise ValueError(f"unknown RAL variant {variant!r}")
     return variant

@@ -34,6 +34,10 @@
 #ifdef DISC_HAVE_DNNL
 #include "oneapi/dnnl/dnnl.h"
 #include "oneapi/dnnl/dnnl.hpp"
+// The v3 API: primitive descriptors are built from the engine and the operation's arguments
+// directly (v2's separate operation descriptors are gone). On AVX2 it also brings the brgemm
+// convolution kernels, which run on NHWC as programs pass it.
+static_assert(DNNL_VERSION_MAJOR >= 3, "disc's RAL needs oneDNN 3.x");
 #endif
 
 namespace {
@@ -627,11 +631,12 @@ dnnl::engine& cpu_engine() {
 }
 
 // How src/dst are handed to the primitive: "any" (default) lets oneDNN pick its preferred layout
-// (NHWC for its AVX-512 brgconv kernels, nChw8c/16c on older ISAs) and reorders the caller's
-// buffers per call when it differs; "nhwc" forces NHWC; "user" runs on the caller's layout as
-// given (for NCHW oneDNN then falls back to im2col+GEMM, 1.5-2x slower on ResNet-18 layers even
-// counting the reorders). DISC_RAL_CONV_LAYOUT overrides. Programs pass NHWC (`channels_last`),
-// which is what "any" picks on AVX-512, so no reorder runs there.
+// (NHWC for its brgconv kernels on AVX2 and AVX-512, blocked nChw8c for a stem of 3 input
+// channels) and reorders the caller's buffers per call when it differs; "nhwc" forces NHWC;
+// "user" runs on the caller's layout as given (for NCHW oneDNN then falls back to im2col+GEMM,
+// 1.5-2x slower on ResNet-18 layers even counting the reorders). DISC_RAL_CONV_LAYOUT overrides.
+// Programs pass NHWC (`channels_last`), which is what "any" picks, so no reorder runs there
+// except around a stem (forcing NHWC there changed nothing measurable: ResNet-18 2x288x224).
 enum class ActLayout { kUser, kAny, kNhwc };
 
 ActLayout act_layout() {
@@ -723,9 +728,9 @@ std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
   plan->user_src = c.user_src;
   plan->user_dst = c.user_dst;
   plan->user_wei = c.user_wei;
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, c.src_any, c.wei_any,
-                                    c.dst_any, c.strides, c.dilation, c.pad_lo, c.pad_hi);
-  dnnl::convolution_forward::primitive_desc pd(d, user_scratchpad(), cpu_engine());
+  dnnl::convolution_forward::primitive_desc pd(cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                               c.src_any, c.wei_any, c.dst_any, c.strides, c.dilation, c.pad_lo, c.pad_hi,
+                                               user_scratchpad());
   plan->prim = dnnl::convolution_forward(pd);
   plan->scratch = pd.scratchpad_desc().get_size();
   plan->src = pd.src_desc();
@@ -895,7 +900,7 @@ std::shared_ptr<const MatmulPlan> make_matmul_plan(const Gemm2D& g, const Layout
   plan->a = operand_desc(g.m, g.k, la);
   plan->b = operand_desc(g.k, g.n, lb);
   plan->c = memory::desc({g.m, g.n}, memory::data_type::f32, memory::dims{ldc, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->a, plan->b, plan->c), user_scratchpad(), cpu_engine());
+  dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, plan->b, plan->c, user_scratchpad());
   plan->usable = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
   plan->prim = dnnl::matmul(pd);
   plan->scratch = pd.scratchpad_desc().get_size();
@@ -1004,23 +1009,21 @@ std::shared_ptr<const GradPlan> make_grad_plan(const disc_conv2d_args& x, ConvGr
   const ConvDescs c = conv_descs(x);
   const auto& [user_src, user_wei, user_dst, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r] = c;
   const auto algo = dnnl::algorithm::convolution_direct;
-  dnnl::convolution_forward::primitive_desc hint(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r),
-      cpu_engine());
+  dnnl::convolution_forward::primitive_desc hint(cpu_engine(), dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides,
+                                                 dil, pad_l, pad_r);
   auto plan = std::make_shared<GradPlan>();
   auto& [src, wei, dst] = plan->operands;
   if (which == ConvGrad::kData) {
-    dnnl::convolution_backward_data::primitive_desc pd(
-        dnnl::convolution_backward_data::desc(algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r), user_scratchpad(), cpu_engine(), hint);
+    dnnl::convolution_backward_data::primitive_desc pd(cpu_engine(), algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r, hint,
+                                                       user_scratchpad());
     plan->prim = dnnl::convolution_backward_data(pd);
     plan->scratch = pd.scratchpad_desc().get_size();
     src = {user_src, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC, true};
     wei = {user_wei, pd.weights_desc(), DNNL_ARG_WEIGHTS, false};
     dst = {user_dst, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false};
   } else {
-    dnnl::convolution_backward_weights::primitive_desc pd(
-        dnnl::convolution_backward_weights::desc(algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r), user_scratchpad(), cpu_engine(),
-        hint);
+    dnnl::convolution_backward_weights::primitive_desc pd(cpu_engine(), algo, src_any, wei_any, dst_any, strides, dil, pad_l, pad_r, hint,
+                                                          user_scratchpad());
     plan->prim = dnnl::convolution_backward_weights(pd);
     plan->scratch = pd.scratchpad_desc().get_size();
     src = {user_src, pd.src_desc(), DNNL_ARG_SRC, false};
