@@ -430,3 +430,23 @@ def test_packed_weights_go_with_the_last_program_that_reads_them():
     del second
     gc.collect()
     assert ral.cache_entries()["packed_weights"] == start
+
+
+@needs_dnnl
+def test_a_weight_packed_in_two_layouts_serves_each_shape_its_own():
+    # oneDNN 3.x's AVX2 brgemm convolution blocks the output channels by 16 or 24 depending on
+    # the spatial size (64 -> 64 channels: 24 at 32x32, 16 at 56x56 on a 2-core AVX2 EPYC), and
+    # one constant weight is then packed once per blocking. Each shape must read the copy in its
+    # own plan's layout, also when the shapes alternate.
+    import disc
+
+    ral = load_ral()
+    conv = nn.Conv2d(64, 64, 3, padding=1).eval()
+    start = ral.cache_entries()["packed_weights"]
+    with torch.no_grad():
+        compiled = disc.compile(conv, (torch.randn(1, 64, 32, 32),), dynamic={"input": {2: "h", 3: "w"}})
+        for hw in (32, 56, 32, 56, 17):
+            x = torch.randn(1, 64, hw, hw)
+            torch.testing.assert_close(compiled(x), conv(x), rtol=1e-4, atol=1e-4)
+    packed = ral.cache_entries()["packed_weights"] - start
+    assert 1 <= packed <= 3  # one copy per layout oneDNN asked for (2 here), not one per call (5)
