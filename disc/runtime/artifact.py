@@ -202,7 +202,7 @@ def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:
 def _ral(folder: Path, manifest: dict) -> Any:
     """This machine's RAL, or the saved one where none can be built here (no C++ compiler)."""
     from disc.codegen.cpu.toolchain import host_digest
-    from disc.runtime.ral import load_ral, open_ral
+    from disc.runtime.ral import load_ral, open_ral, preload_dnnl
 
     try:
         return load_ral()
@@ -210,6 +210,7 @@ def _ral(folder: Path, manifest: dict) -> Any:
         if host_digest() != manifest["native"]["host"]:
             raise ArtifactError(f"saved program {folder}: no RAL can be built here ({e}) and the saved one is for another CPU") from e
         _checked_bytes(folder / "ral.so", manifest["files"]["ral.so"])
+        preload_dnnl()  # its rpath names the Python environment it was built in, maybe not this one
         return open_ral(folder / "ral.so")
 
 

@@ -5,6 +5,9 @@ fallbacks (always available).
 """
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -450,3 +453,30 @@ def test_a_weight_packed_in_two_layouts_serves_each_shape_its_own():
             torch.testing.assert_close(compiled(x), conv(x), rtol=1e-4, atol=1e-4)
     packed = ral.cache_entries()["packed_weights"] - start
     assert 1 <= packed <= 3  # one copy per layout oneDNN asked for (2 here), not one per call (5)
+
+
+@needs_dnnl
+def test_a_library_built_without_an_rpath_to_onednn_loads_after_preload_dnnl(tmp_path):
+    # What a saved ral.so meets on a machine whose Python environment is elsewhere: its rpath
+    # names a folder that does not exist there. Built here with no rpath at all.
+    root = toolchain.dnnl_root()
+    if root is None:
+        pytest.skip("oneDNN comes from the system paths here: nothing to preload")
+    source = '#include "oneapi/dnnl/dnnl.h"\nextern "C" int disc_dnnl_major() { return dnnl_version()->major; }\n'
+    built = toolchain.build(source, "no_rpath", flags=[f"-I{root / 'include'}"], libs=[f"-L{root / 'lib'}", "-ldnnl"])
+    code = (
+        "import ctypes, sys\n"
+        "from disc.runtime.ral import preload_dnnl\n"
+        "try:\n"
+        "    ctypes.CDLL(sys.argv[1])\n"
+        "    print('loaded without preload')\n"
+        "except OSError:\n"
+        "    assert preload_dnnl()\n"
+        "    print('major', ctypes.CDLL(sys.argv[1]).disc_dnnl_major())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.run([sys.executable, "-c", code, str(built.path)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    if proc.stdout.strip() == "loaded without preload":
+        pytest.skip("the system's loader finds libdnnl.so.3 by itself here")
+    assert proc.stdout.strip() == "major 3"

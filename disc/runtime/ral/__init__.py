@@ -396,6 +396,21 @@ def load_ral(variant: Variant = "auto") -> Ral:
         return ral
 
 
+def preload_dnnl() -> bool:
+    """Load this environment's ``libdnnl.so.3``; True if there is one.
+
+    A RAL built on another machine (a saved program's ``ral.so``) finds oneDNN through an rpath
+    into that machine's Python environment. Once this environment's copy is loaded, the
+    dynamic loader satisfies the dependency by its soname, wherever the rpath points.
+    """
+    root = toolchain.dnnl_root()
+    lib = root / "lib" / "libdnnl.so.3" if root is not None else None
+    if lib is None or not lib.is_file():
+        return False
+    ctypes.CDLL(str(lib))
+    return True
+
+
 def open_ral(path: Path) -> Ral:
     """Load a built RAL library (``load_ral``'s, or one a saved program carries)."""
     lib = ctypes.CDLL(str(path))
@@ -419,4 +434,4 @@ def open_ral(path: Path) -> Ral:
     return Ral(lib, path, table, address, table.gemm_library.decode(), outputs)
 
 
-__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "OutputCache", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral", "open_ral", "release_cached_outputs"]
+__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "OutputCache", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral", "open_ral", "preload_dnnl", "release_cached_outputs"]
