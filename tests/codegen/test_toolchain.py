@@ -120,7 +120,6 @@ def test_dnnl_can_be_disabled(monkeypatch):
         assert toolchain.have_dnnl() is toolchain._dnnl_links(str(toolchain.dnnl_root() or ""))
 
 
-
 def _fake_dnnl(root, major: int) -> None:
     """An install whose headers say oneDNN ``major``.0 (no library: a probe can only compile)."""
     inc = root / "include" / "oneapi" / "dnnl"
@@ -141,6 +140,7 @@ def test_dnnl_root_from_the_environment_and_v2_refused(monkeypatch, tmp_path):
     # A root without the header is not taken; the search goes on (this environment, then none).
     monkeypatch.setenv("DISC_DNNL_ROOT", str(tmp_path / "missing"))
     assert toolchain.dnnl_root() != tmp_path / "missing"
+
 
 def _sectioned(values: list[int]) -> str:
     """A source of one common part and a section per value (a function returning it), plus a sum."""
