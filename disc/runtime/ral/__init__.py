@@ -352,6 +352,16 @@ class Ral:
         fn.restype, fn.argtypes = _i64, [_i32]
         return {"conv_plans": fn(0), "packed_weights": fn(1), "matmul_plans": fn(2), "matmul_plans_built": fn(3)}
 
+    def conv_plan(self, args: Conv2dArgs) -> str | None:
+        """How oneDNN runs the forward convolution ``args`` describes: "<kernel>; reorders: <operands
+        reordered per call, or none>"; None for a RAL without oneDNN (or saved before it said)."""
+        fn = getattr(self.lib, "disc_ral_cpu_conv_plan", None)
+        if fn is None:
+            return None
+        fn.restype, fn.argtypes = _i32, [ctypes.c_void_p, ctypes.c_char_p, _i64]
+        out = ctypes.create_string_buffer(256)
+        return out.value.decode() if fn(ctypes.byref(args), out, len(out)) == 0 else None
+
     def call_gemm(self, args: GemmArgs) -> None:
         """Call the table's ``gemm`` with a fresh ctx; raise RuntimeFailure on failure."""
         ctx = Ctx()

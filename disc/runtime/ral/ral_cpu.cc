@@ -630,20 +630,22 @@ dnnl::engine& cpu_engine() {
   return eng;
 }
 
-// How src/dst are handed to the primitive: "any" (default) lets oneDNN pick its preferred layout
-// (NHWC for its brgconv kernels on AVX2 and AVX-512, blocked nChw8c for a stem of 3 input
-// channels) and reorders the caller's buffers per call when it differs; "nhwc" forces NHWC;
-// "user" runs on the caller's layout as given (for NCHW oneDNN then falls back to im2col+GEMM,
-// 1.5-2x slower on ResNet-18 layers even counting the reorders). DISC_RAL_CONV_LAYOUT overrides.
-// Programs pass NHWC (`channels_last`), which is what "any" picks, so no reorder runs there
-// except around a stem (forcing NHWC there changed nothing measurable: ResNet-18 2x288x224).
-enum class ActLayout { kUser, kAny, kNhwc };
+// How src/dst are handed to the primitive. "auto" (default): a channels-last program's own NHWC,
+// unless oneDNN has only its reference kernel for NHWC at that problem, then as for NCHW
+// programs "any" (oneDNN picks its preferred layout and the caller's buffers are reordered per
+// call when it differs); "any" for every call; "nhwc" forces NHWC; "user" runs on the caller's
+// layout as given (for NCHW oneDNN then falls back to im2col+GEMM, 1.5-2x slower on ResNet-18
+// layers even counting the reorders). DISC_RAL_CONV_LAYOUT overrides.
+// NHWC first because "any" picks blocked nChw8c for a stem of 3 input channels: its jit:avx2
+// kernel is as fast on NHWC (0.70 ms at 2x3x288x224, 3x3/2 -> 64), but the two reorders around
+// it cost 0.6 ms more. Elsewhere oneDNN's brgconv/brdgmm kernels pick NHWC themselves.
+enum class ActLayout { kAuto, kUser, kAny, kNhwc };
 
 ActLayout act_layout() {
   static const ActLayout mode = [] {
     const char* v = std::getenv("DISC_RAL_CONV_LAYOUT");
     const std::string s = v ? v : "";
-    return s == "user" ? ActLayout::kUser : s == "nhwc" ? ActLayout::kNhwc : ActLayout::kAny;
+    return s == "user" ? ActLayout::kUser : s == "nhwc" ? ActLayout::kNhwc : s == "any" ? ActLayout::kAny : ActLayout::kAuto;
   }();
   return mode;
 }
@@ -690,6 +692,7 @@ struct Reorder {
 // Everything derived from a ConvKey; immutable once built, shared by all threads.
 struct ConvPlan {
   dnnl::convolution_forward prim;
+  std::string impl;  // oneDNN's name for the kernel it chose (e.g. "brgconv:avx2")
   size_t scratch = 0;
   memory::desc user_src, user_wei, user_dst, src, wei, dst;
   bool src_reorder = false, wei_reorder = false, dst_reorder = false;
@@ -728,9 +731,18 @@ std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
   plan->user_src = c.user_src;
   plan->user_dst = c.user_dst;
   plan->user_wei = c.user_wei;
-  dnnl::convolution_forward::primitive_desc pd(cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                               c.src_any, c.wei_any, c.dst_any, c.strides, c.dilation, c.pad_lo, c.pad_hi,
-                                               user_scratchpad());
+  auto forward = [&](const memory::desc& src, const memory::desc& dst) {
+    return dnnl::convolution_forward::primitive_desc(cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                                     src, c.wei_any, dst, c.strides, c.dilation, c.pad_lo, c.pad_hi, user_scratchpad());
+  };
+  dnnl::convolution_forward::primitive_desc pd;
+  if (act_layout() == ActLayout::kAuto && x.channels_last) {
+    pd = forward(c.user_src, c.user_dst);
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) pd = forward(c.src_any, c.dst_any);
+  } else {
+    pd = forward(c.src_any, c.dst_any);
+  }
+  plan->impl = pd.impl_info_str();
   plan->prim = dnnl::convolution_forward(pd);
   plan->scratch = pd.scratchpad_desc().get_size();
   plan->src = pd.src_desc();
@@ -1187,6 +1199,31 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
 #else
   (void)which;
   return 0;
+#endif
+}
+
+// Not part of the ABI: how the forward convolution `args` describes runs, for tests and
+// diagnostics: "<oneDNN kernel>; reorders: <operands reordered per call, or none>" (the weight
+// of a constant is reordered once and cached). Returns 0, or 1 without oneDNN or on bad args.
+extern "C" __attribute__((visibility("default"))) int32_t disc_ral_cpu_conv_plan(const disc_conv2d_args* args, char* out, int64_t len) {
+#ifdef DISC_HAVE_DNNL
+  disc_ral_ctx ctx{};
+  if (args == nullptr || out == nullptr || len <= 0 || check_conv(&ctx, *args) != 0) return 1;
+  try {
+    const ConvKey key = conv_key(*args);
+    std::shared_ptr<const ConvPlan> plan = plan_cache().find(key);
+    if (!plan) plan = plan_cache().insert(key, make_plan(*args));
+    std::string reorders;
+    for (const auto& [name, on] : {std::pair<const char*, bool>{"src", plan->src_reorder}, {"weights", plan->wei_reorder}, {"dst", plan->dst_reorder}})
+      if (on) reorders += (reorders.empty() ? "" : ",") + std::string(name);
+    std::snprintf(out, static_cast<size_t>(len), "%s; reorders: %s", plan->impl.c_str(), reorders.empty() ? "none" : reorders.c_str());
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+#else
+  (void)args, (void)out, (void)len;
+  return 1;
 #endif
 }
 
