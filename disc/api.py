@@ -66,7 +66,8 @@ class CompileReport:
 
         lines.append("")
         lines.append("-- fusion plan --")
-        lines += ["  " + ln for ln in plan_fusion(g).describe().splitlines()]
+        native_cpu = self.backend is not None and self.backend.name.startswith("native-cpu")
+        lines += ["  " + ln for ln in plan_fusion(g, conv_epilogues=native_cpu).describe().splitlines()]
         lines.append("")
         lines += self._backend_text()
         counts = g.op_counts()

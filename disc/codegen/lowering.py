@@ -78,6 +78,24 @@ class KernelStep:
     def kind(self) -> str:
         return self.group.kind
 
+    @property
+    def reads(self) -> list[Node]:
+        return self.inputs
+
+    @property
+    def written(self) -> list[Node]:
+        return self.outputs
+
+
+@dataclass(frozen=True)
+class ConvEpilogue:
+    """What a convolution's library call computes after the convolution (``plan_fusion``'s
+    ``conv_epilogues``): ``end = relu?(conv + bias?)``, the value written instead of the conv's."""
+
+    bias: Node | None  # a 1-D per-output-channel vector in memory
+    relu: bool
+    end: Node
+
 
 @dataclass
 class LibraryStep:
@@ -86,10 +104,22 @@ class LibraryStep:
     # Set when the result is written straight into the buffer of a later reshape/transpose
     # chain's end (heads merged back into rows), through these strides, instead of its own buffer.
     result: View | None = None
+    epilogue: ConvEpilogue | None = None
 
     @property
     def writes(self) -> Node:
+        if self.epilogue is not None:
+            return self.epilogue.end
         return self.result.base if self.result is not None else self.node
+
+    @property
+    def reads(self) -> list[Node]:
+        bias = self.epilogue.bias if self.epilogue is not None else None
+        return [v.base for v in self.operands] + ([bias] if bias is not None else [])
+
+    @property
+    def written(self) -> list[Node]:
+        return [self.writes]
 
     @property
     def kind(self) -> str:
@@ -284,15 +314,16 @@ def _divides(c: ShapeConstraints, a: SymExpr, b: SymExpr) -> bool:
 
 
 class _Lowering:
-    def __init__(self, g: Graph) -> None:
+    def __init__(self, g: Graph, conv_epilogues: bool) -> None:
         self.g = g
+        self.conv_epilogues = conv_epilogues
         self.c = g.constraints
         self.users = g.users()
         self.outputs = set(g.outputs)
 
     def run(self) -> LoweredProgram:
         self._check_supported()
-        plan = plan_fusion(self.g)
+        plan = plan_fusion(self.g, self.conv_epilogues)
         folded = self._fold_views()
         steps = self._steps(plan, folded)
         location, slots, out_specs, out_buffers = self._plan_buffers(steps)
@@ -391,10 +422,10 @@ class _Lowering:
         skipped = {n for v in results.values() for n in self._chain(v.base)} if results else set()
         for grp in plan.groups:
             if grp.kind == "library":
-                node = grp.root
+                node = next(n for n in grp.nodes if kernel_kind(n.op, n.type) == "library")
                 tensors = [x for x in node.inputs if not isinstance(x.type, IndexType)]  # not a gradient's size operands
                 operands = [folded.get(x) or View(x, x.shape, contiguous_strides(x.shape)) for x in tensors]
-                steps.append(LibraryStep(node, operands, results.get(node)))
+                steps.append(LibraryStep(node, operands, results.get(node), _conv_epilogue(node, grp)))
                 continue
             if any(n in skipped for n in grp.nodes):
                 continue  # the GEMM before it writes this layout directly
@@ -425,7 +456,7 @@ class _Lowering:
         """Steps whose results nobody reads are dead: a materialised cheap op every reader recomputes, or
         code after the last output (the planner keeps every op; DCE normally removed such code before)."""
         while True:
-            read = {x for s in steps for x in (s.inputs if isinstance(s, KernelStep) else [v.base for v in s.operands])}
+            read = {x for s in steps for x in s.reads}
             keep = read | self.outputs | view_bases
             changed = False
             for s in steps:
@@ -521,8 +552,8 @@ class _Lowering:
             if n.op == "constant" and n.attrs.get("ref") is not None:
                 location[n] = ("const", n.attrs["ref"])
 
-        produced = [s.outputs if isinstance(s, KernelStep) else [s.writes] for s in steps]
-        reads = [s.inputs if isinstance(s, KernelStep) else [v.base for v in s.operands] for s in steps]
+        produced = [s.written for s in steps]
+        reads = [s.reads for s in steps]
         last_read: dict[Node, int] = {}
         for i, rs in enumerate(reads):
             for x in rs:
@@ -561,6 +592,18 @@ class _Lowering:
         return location, slots, out_specs, out_buffers
 
 
+def _conv_epilogue(node: Node, grp: FusionGroup) -> ConvEpilogue | None:
+    """The epilogue the planner put in a convolution's group (its bias add and ReLU), if any."""
+    rest = [n for n in grp.nodes if n is not node and n.op != "broadcast_in_dim"]
+    if not rest:
+        return None
+    bias = next((n for n in grp.nodes if n.op == "broadcast_in_dim"), None)
+    ops = sorted(n.op for n in rest)
+    if ops not in (["add"], ["relu"], ["add", "relu"]) or (("add" in ops) != (bias is not None)):
+        raise Unsupported(f"%{node.name}: no library epilogue for [{', '.join(n.op for n in grp.nodes)}]", [node])
+    return ConvEpilogue(bias.inputs[0] if bias is not None else None, "relu" in ops, grp.root)
+
+
 def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
     """Horizontal fusion: independent loop kernels over provably equal shapes become one kernel.
 
@@ -577,7 +620,7 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
             i += 1
             continue
         merged = False
-        made = {n: k for k, s in enumerate(steps) for n in (s.outputs if isinstance(s, KernelStep) else [s.writes])}
+        made = {n: k for k, s in enumerate(steps) for n in s.written}
         for j in range(i + 1, len(steps)):
             b = steps[j]
             if not (isinstance(b, KernelStep) and b.kind == "loop"):
@@ -588,7 +631,7 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
             if any(made.get(x) == i for x in b.inputs):
                 continue  # b reads a's results: not siblings
             needed_early = any(
-                x in a.outputs for s in steps[i + 1 : at] for x in (s.inputs if isinstance(s, KernelStep) else [v.base for v in s.operands])
+                x in a.outputs for s in steps[i + 1 : at] for x in s.reads
             )
             if needed_early:
                 continue
@@ -606,6 +649,8 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
     return steps
 
 
-def lower(g: Graph) -> LoweredProgram:
-    """Fusion plan, folded views and buffer plan of ``g``; raises ``Unsupported`` with the reason."""
-    return _Lowering(g).run()
+def lower(g: Graph, conv_epilogues: bool = False) -> LoweredProgram:
+    """Fusion plan, folded views and buffer plan of ``g``; raises ``Unsupported`` with the reason.
+    ``conv_epilogues``: convolutions compute their bias add and ReLU (a backend whose library
+    call can, the CPU's)."""
+    return _Lowering(g, conv_epilogues).run()

@@ -184,7 +184,7 @@ def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:
     from disc.runtime.native import NativeBuild, build_options
 
     start = time.perf_counter()
-    lowered = lower(graph)
+    lowered = lower(graph, conv_epilogues=True)
     source = emit_program(lowered)
     saved_source = _checked_bytes(folder / "program.cc", manifest["files"]["program.cc"]).decode()
     options = build_options(manifest["native"]["profile"])

@@ -63,7 +63,7 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     if profile is None:
         profile = os.environ.get("DISC_PROFILE") == "1"
     start = time.perf_counter()
-    lowered = lower(graph)
+    lowered = lower(graph, conv_epilogues=True)
     source = emit_program(lowered)
     result = build(source.text, f"disc_{graph.name}", **build_options(profile))
     return NativeBuild(lowered, source, result, time.perf_counter() - start)

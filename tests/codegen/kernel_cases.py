@@ -175,6 +175,23 @@ class ConvPool(nn.Module):
         return self.c2(y).mean((2, 3))
 
 
+class ConvChain(nn.Module):
+    """Convolutions whose library calls compute their epilogues: bias + ReLU, bias alone (a
+    grouped convolution), ReLU alone (no bias), bias + ReLU before a max-pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.c3 = nn.Conv2d(8, 8, 1, bias=False)
+        self.c4 = nn.Conv2d(8, 4, 3, padding=(1, 2), dilation=(1, 2))
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.c1(x)))
+        y = torch.relu(self.c4(torch.relu(self.c3(y))))
+        return nn.functional.max_pool2d(y, 2, ceil_mode=True)
+
+
 class PoolWithIndices(nn.Module):
     """Training's max-pool: values, indices and the backward that scatters through them.
 

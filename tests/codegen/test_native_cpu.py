@@ -20,6 +20,7 @@ from kernel_cases import (
     AttentionSavingForBackward,
     BiasGelu,
     ConcatThree,
+    ConvChain,
     ConvPool,
     Elementwise,
     GroupedQueryAttention,
@@ -37,6 +38,7 @@ from torch import nn
 
 import disc
 from disc.codegen.cpu.program import KernelCall
+from disc.codegen.lowering import LibraryStep
 from disc.ir.parser import parse_graph
 from disc.passes.pipeline import run_pipeline
 from disc.runtime.native import NativeExecutor, build_native
@@ -246,6 +248,19 @@ def test_convolution_and_pooling_through_the_library():
     for n, h, w in [(1, 8, 8), (2, 15, 17), (3, 32, 24)]:
         _check(cm, m, (torch.randn(n, 3, h, w),), tol=1e-4)
     assert "ral->conv2d(" in cm.executor.native.source.text
+
+
+def test_convolutions_compute_their_bias_and_relu_in_the_library_call():
+    m = ConvChain()
+    cm = _compile(m, (torch.randn(1, 3, 16, 16),), {"x": {0: "n", 2: "h", 3: "w"}})
+    for n, h, w in [(1, 1, 1), (2, 15, 17), (3, 32, 24), (1, 7, 40), (0, 5, 5)]:
+        _check(cm, m, (torch.randn(n, 3, h, w),), tol=1e-4)
+    lowered = cm.executor.native.lowered
+    epilogues = [(s.epilogue.bias is not None, s.epilogue.relu) for s in lowered.steps if isinstance(s, LibraryStep) and s.epilogue]
+    assert sorted(epilogues) == [(False, True), (True, False), (True, True), (True, True)]
+    # What is left for kernels: the image's NCHW -> NHWC, the pool and the result's NHWC -> NCHW.
+    assert lowered.counts() == {"memory_bound": 3, "library": 4}
+    assert cm.executor.native.source.text.count("c.relu = 1;") == 3
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

@@ -377,3 +377,55 @@ def test_a_concat_is_not_fused_with_a_reduction() -> None:
     for n, k, mm in ((1, 1, 1), (4, 3, 9)):
         a, b = torch.randn(n, k), torch.randn(n, mm)
         torch.testing.assert_close(compiled(a, b), ConcatThenSum()(a, b))
+
+
+CONV_EPILOGUES = """
+func @main(%x: f32[n, h, w, 4], %k: f32[8, 4, 3, 3], %k2: f32[8, 8, 1, 1], %s: f32[8], %t: f32[8]) {
+  sym n in [0, inf]  (input 'x' dim 0)
+  sym h in [1, inf]  (input 'x' dim 1)
+  sym w in [1, inf]  (input 'x' dim 2)
+  %0 = dim(%x) {axis=0} : index(n)
+  %1 = dim(%x) {axis=1} : index(h)
+  %2 = dim(%x) {axis=2} : index(w)
+  %3 = index_const() {value=8} : index(8)
+  %4 = convolution(%x, %k) {channels_last=true, dilation=[1, 1], groups=1, output_padding=[], padding=[1, 1], stride=[1, 1], transposed=false} : f32[n, h, w, 8]
+  %5 = broadcast_in_dim(%s, %0, %1, %2, %3) {dims=[3]} : f32[n, h, w, 8]
+  %6 = add(%4, %5) : f32[n, h, w, 8]
+  %7 = relu(%6) : f32[n, h, w, 8]
+  %8 = convolution(%7, %k2) {channels_last=true, dilation=[1, 1], groups=1, output_padding=[], padding=[0, 0], stride=[1, 1], transposed=false} : f32[n, h, w, 8]
+  %9 = broadcast_in_dim(%t, %0, %1, %2, %3) {dims=[3]} : f32[n, h, w, 8]
+  %10 = add(%9, %8) : f32[n, h, w, 8]
+  return %10
+}
+"""
+
+
+def _groups(text: str, conv_epilogues: bool = True) -> list[tuple[str, list[str]]]:
+    from disc.ir.parser import parse_graph
+
+    plan = plan_fusion(parse_graph(text), conv_epilogues=conv_epilogues)
+    return [(g.kind, [n.op for n in g.nodes]) for g in plan.groups]
+
+
+def test_a_convolution_takes_its_bias_and_relu_where_the_backend_asks() -> None:
+    bias_relu = ("library", ["convolution", "broadcast_in_dim", "add", "relu"])
+    bias_first = ("library", ["convolution", "broadcast_in_dim", "add"])  # add(bias, conv): either side
+    assert _groups(CONV_EPILOGUES) == [bias_relu, bias_first]
+    assert _groups(CONV_EPILOGUES, conv_epilogues=False) == [
+        ("library", ["convolution"]),
+        ("loop", ["broadcast_in_dim", "add", "relu"]),
+        ("library", ["convolution"]),
+        ("loop", ["broadcast_in_dim", "add"]),
+    ]
+
+
+def test_a_convolution_leaves_an_epilogue_others_read_or_could_fuse_with() -> None:
+    # The ReLU also read by an elementwise op (a residual add): that add would be left alone.
+    residual = CONV_EPILOGUES.replace("return %10", "%11 = add(%10, %7) : f32[n, h, w, 8]\n  return %11")
+    assert _groups(residual)[0] == ("library", ["convolution"])
+    # The convolution's own result is returned: it must be written as it is.
+    returned = CONV_EPILOGUES.replace("return %10", "return %10, %4")
+    assert _groups(returned)[0] == ("library", ["convolution"])
+    # A vector added along the width, not the channels: no bias.
+    along_w = CONV_EPILOGUES.replace("%t: f32[8]", "%t: f32[w]").replace("%9 = broadcast_in_dim(%t, %0, %1, %2, %3) {dims=[3]}", "%9 = broadcast_in_dim(%t, %0, %1, %2, %3) {dims=[2]}")
+    assert _groups(along_w)[-1] == ("loop", ["broadcast_in_dim", "add"])

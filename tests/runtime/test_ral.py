@@ -270,6 +270,27 @@ def test_conv2d_constant_weight_cache(ral):
     assert rel_err(third, F.conv2d(x.double(), wt.double(), None, 1, 1)) <= 1e-4
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("bias, relu", [(True, True), (True, False), (False, True)], ids=["bias+relu", "bias", "relu"])
+def test_conv2d_epilogue(ral, channels_last, bias, relu):
+    for shape, wshape, groups in [((2, 5, 9, 7), (6, 5, 3, 3), 1), ((1, 4, 1, 1), (4, 2, 3, 3), 2), ((3, 3, 16, 13), (8, 3, 1, 1), 1)]:
+        x, wt = torch.randn(shape), torch.randn(wshape)
+        b = torch.randn(wshape[0]) if bias else None
+        want = F.conv2d(x.double(), wt.double(), b.double() if bias else None, 1, 1, 1, groups)
+        want = want.relu() if relu else want
+        if channels_last:
+            x, want = x.permute(0, 2, 3, 1).contiguous(), want.permute(0, 2, 3, 1)
+        got = ral.conv2d(x, wt, 1, 1, 1, groups, channels_last=channels_last, bias=b, relu=relu, weight_is_constant=True)
+        assert rel_err(got, want) <= 1e-4, (shape, wshape)
+        if relu:
+            assert (got >= 0).all()
+    # No input channels: the convolution is 0 and the epilogue still runs.
+    got = ral.conv2d(torch.randn(1, 0, 4, 4), torch.randn(3, 0, 3, 3), 1, 1, bias=torch.tensor([-1.0, 0.5, 2.0]), relu=relu)
+    assert torch.equal(got[0, :, 0, 0], torch.tensor([0.0 if relu else -1.0, 0.5, 2.0]))
+    with pytest.raises(ValueError, match="bias must be a contiguous vector of 3"):
+        ral.conv2d(torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3), bias=torch.randn(4))
+
+
 def test_conv2d_empty_and_errors(ral):
     assert ral.conv2d(torch.randn(0, 3, 5, 5), torch.randn(4, 3, 3, 3)).shape == (0, 4, 3, 3)
     out = ral.conv2d(torch.randn(2, 0, 5, 5), torch.randn(4, 0, 3, 3))

@@ -286,12 +286,17 @@ class _ProgramEmitter:
         # The arguments describe the forward problem (x, w -> y); a gradient call writes x or w.
         first, second = (v.base for v in step.operands)
         x, w, y = {"convolution": (first, second, n), "convolution_backward_input": (n, second, first)}.get(n.op, (first, n, second))
+        epilogue = step.epilogue
         e = self.names.expr
         axes = channels_first_axes(4, a["channels_last"])  # N, C, H, W of x and of y
         xs, ws, ys = [x.shape[i] for i in axes], w.shape, [y.shape[i] for i in axes]
         constant = n.op == "convolution" and self.lp.location[w][0] == "const"
+        after = ""
+        if epilogue is not None:
+            after = "".join([f" + %{epilogue.bias.name}" if epilogue.bias is not None else "", ", relu" if epilogue.relu else ""])
+            after = f", then{after} -> %{epilogue.end.name}"
         return [
-            f"  {{  // %{n.name} = {n.op}" + (" (channels last)" if a["channels_last"] else ""),
+            f"  {{  // %{n.name} = {n.op}" + (" (channels last)" if a["channels_last"] else "") + after,
             "    disc_conv2d_args c{};",
             f"    c.n = {e(xs[0])}; c.ci = {e(xs[1])}; c.h = {e(xs[2])}; c.w = {e(xs[3])};",
             f"    c.co = {e(ws[0])}; c.kh = {e(ws[2])}; c.kw = {e(ws[3])}; c.oh = {e(ys[2])}; c.ow = {e(ys[3])};",
@@ -299,8 +304,13 @@ class _ProgramEmitter:
             f"    c.dilation[0] = {a['dilation'][0]}; c.dilation[1] = {a['dilation'][1]};",
             f"    c.pad_lo[0] = c.pad_hi[0] = {a['padding'][0]}; c.pad_lo[1] = c.pad_hi[1] = {a['padding'][1]};",
             f"    c.groups = {a['groups']}; c.channels_last = {int(a['channels_last'])};",
-            f"    c.input = {self._ptr(x)}; c.weight = {self._ptr(w)}; c.output = {self._ptr(y)};",
+            f"    c.input = {self._ptr(x)}; c.weight = {self._ptr(w)}; c.output = {self._ptr(step.writes if epilogue else y)};",
             f"    c.weight_is_constant = {int(constant)};",
+            *(
+                [f"    c.bias = {self._ptr(epilogue.bias) if epilogue.bias is not None else 'nullptr'}; c.relu = {int(epilogue.relu)};"]
+                if epilogue is not None
+                else []
+            ),
             f"    if (ral->{CONV_CALLS[n.op]}(ctx, &c)) return 1;",
             "  }",
         ]

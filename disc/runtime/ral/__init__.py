@@ -24,7 +24,7 @@ import torch
 from disc.codegen.cpu import toolchain
 from disc.errors import CompileError, RuntimeFailure
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MAX_BATCH_DIMS = 6
 RAL_DIR = Path(__file__).resolve().parent
 
@@ -64,6 +64,7 @@ class Conv2dArgs(ctypes.Structure):
         ("stride", _pair), ("dilation", _pair), ("pad_lo", _pair), ("pad_hi", _pair),
         ("groups", _i64), ("channels_last", _i32),
         ("input", _ptr), ("weight", _ptr), ("weight_is_constant", _i32), ("output", _ptr),
+        ("bias", _ptr), ("relu", _i32),
     ]  # fmt: skip
 
 
@@ -171,15 +172,21 @@ def conv2d_args(
     *,
     weight_is_constant: bool = False,
     channels_last: bool = False,
+    bias: torch.Tensor | None = None,
+    relu: bool = False,
 ) -> tuple[Conv2dArgs, torch.Tensor]:
-    """``disc_conv2d_args`` for ``F.conv2d(x, w)`` (no bias) and the allocated output.
+    """``disc_conv2d_args`` for ``F.conv2d(x, w, bias)`` (then ReLU with ``relu``) and the allocated output.
 
-    ``x`` (NCHW, or NHWC with ``channels_last``, as is the output) and ``w`` (OIHW) must be
-    contiguous; ``padding`` is an int, (h, w) or (top, bottom, left, right). Keep the tensors
-    alive while the args are used.
+    ``x`` (NCHW, or NHWC with ``channels_last``, as is the output), ``w`` (OIHW) and ``bias``
+    must be contiguous; ``padding`` is an int, (h, w) or (top, bottom, left, right). Keep the
+    tensors alive while the args are used.
     """
     _floats(x, "x")
     _floats(w, "w")
+    if bias is not None:
+        _floats(bias, "bias")
+        if bias.shape != (w.shape[0],) or not bias.is_contiguous():
+            raise ValueError(f"conv2d: bias must be a contiguous vector of {w.shape[0]} values (the output channels), not {tuple(bias.shape)}")
     if x.dim() != 4 or w.dim() != 4 or not x.is_contiguous() or not w.is_contiguous():
         raise ValueError(f"conv2d: x must be contiguous {'NHWC' if channels_last else 'NCHW'} and w contiguous OIHW")
     n, ci, h, wd = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if channels_last else x.shape
@@ -196,6 +203,7 @@ def conv2d_args(
     args.pad_hi[:] = (pb, pr)
     args.input, args.weight, args.output = x.data_ptr() or None, w.data_ptr() or None, out.data_ptr() or None
     args.weight_is_constant = int(weight_is_constant)
+    args.bias, args.relu = (bias.data_ptr() or None) if bias is not None else None, int(relu)
     return args, out
 
 
@@ -302,11 +310,16 @@ class Ral:
         *,
         weight_is_constant: bool = False,
         channels_last: bool = False,
+        bias: torch.Tensor | None = None,
+        relu: bool = False,
     ) -> torch.Tensor:
-        """``F.conv2d(x, w)`` (no bias) through the RAL; ``padding`` may be (top, bottom, left, right).
-        With ``channels_last`` x and the result are NHWC."""
+        """``F.conv2d(x, w, bias)``, then ReLU with ``relu``, through the RAL; ``padding`` may be
+        (top, bottom, left, right). With ``channels_last`` x and the result are NHWC."""
         x, w = x.contiguous(), w.contiguous()
-        args, out = conv2d_args(x, w, stride, padding, dilation, groups, weight_is_constant=weight_is_constant, channels_last=channels_last)
+        bias = bias.contiguous() if bias is not None else None
+        args, out = conv2d_args(
+            x, w, stride, padding, dilation, groups, weight_is_constant=weight_is_constant, channels_last=channels_last, bias=bias, relu=relu
+        )
         self.call_conv2d(args)
         return out
 

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define DISC_RAL_ABI_VERSION 2
+#define DISC_RAL_ABI_VERSION 3
 #define DISC_MAX_BATCH_DIMS 6
 
 /* Per-call state. The host allocates it (ctypes) and reads `error` after a
@@ -48,7 +48,9 @@ typedef struct disc_gemm_args {
 
 /* 2-D convolution, NCHW input/output (contiguous; NHWC when `channels_last`),
  * OIHW weight (contiguous, I = ci / groups). Output extents are given (the
- * program computed them). */
+ * program computed them). The forward call also applies its epilogue, in this
+ * order: output += bias[channel] (when `bias` is not null), then ReLU (when
+ * `relu`); the gradients read neither. */
 typedef struct disc_conv2d_args {
   int64_t n, ci, h, w;
   int64_t co, kh, kw;
@@ -61,6 +63,8 @@ typedef struct disc_conv2d_args {
   const float* weight;
   int32_t weight_is_constant; /* weights never change between calls: the RAL may cache a reordered copy */
   float* output;
+  const float* bias; /* co values, or null */
+  int32_t relu;
 } disc_conv2d_args;
 
 typedef struct disc_ral {

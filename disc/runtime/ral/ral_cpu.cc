@@ -540,11 +540,27 @@ int32_t check_conv(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   }
 }
 
+// The forward call's epilogue (bias, then ReLU) over the output, after the builtin convolution.
+[[maybe_unused]] void builtin_conv2d_epilogue(const disc_conv2d_args& x) {
+  if (x.bias == nullptr && !x.relu) return;
+  const int64_t pixels = x.n * x.oh * x.ow, plane = x.oh * x.ow;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t co = 0; co < x.co; ++co) {
+      // NHWC: pixel p's channels are contiguous; NCHW: channel co of image p / plane is a plane.
+      float& v = x.channels_last ? x.output[p * x.co + co] : x.output[((p / plane) * x.co + co) * plane + p % plane];
+      if (x.bias != nullptr) v += x.bias[co];
+      if (x.relu) v = std::max(v, 0.0f);
+    }
+  }
+}
+
 [[maybe_unused]] void builtin_conv2d(const disc_conv2d_args& x) {
   if (x.channels_last)
     builtin_conv2d_nhwc(x);
   else
     builtin_conv2d_nchw(x);
+  builtin_conv2d_epilogue(x);
 }
 
 // Element offsets of x and y (NCHW, or NHWC with channels_last) and of w (OIHW).
@@ -650,14 +666,14 @@ ActLayout act_layout() {
   return mode;
 }
 
-constexpr int kConvKeyLen = 20;
+constexpr int kConvKeyLen = 22;
 using ConvKey = std::array<int64_t, kConvKeyLen>;
 
 ConvKey conv_key(const disc_conv2d_args& x) {
   return {x.n,         x.ci,          x.h,           x.w,           x.co,          x.kh,     x.kw,
           x.oh,        x.ow,          x.stride[0],   x.stride[1],   x.dilation[0], x.dilation[1],
           x.pad_lo[0], x.pad_lo[1],   x.pad_hi[0],   x.pad_hi[1],   x.groups,      x.channels_last,
-          static_cast<int64_t>(act_layout())};
+          static_cast<int64_t>(act_layout()), x.bias != nullptr, x.relu != 0};
 }
 
 template <size_t N>
@@ -725,15 +741,30 @@ ConvDescs conv_descs(const disc_conv2d_args& x) {
                    {x.pad_hi[0], x.pad_hi[1]}};
 }
 
+memory::desc bias_desc(int64_t co) { return memory::desc({co}, memory::data_type::f32, tag::a); }
+
 std::shared_ptr<const ConvPlan> make_plan(const disc_conv2d_args& x) {
   auto plan = std::make_shared<ConvPlan>();
   const ConvDescs c = conv_descs(x);
   plan->user_src = c.user_src;
   plan->user_dst = c.user_dst;
   plan->user_wei = c.user_wei;
+  // The epilogue runs inside the kernel while the output is in cache: the bias as the
+  // primitive's bias, the ReLU as an eltwise post-op.
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (x.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
   auto forward = [&](const memory::desc& src, const memory::desc& dst) {
-    return dnnl::convolution_forward::primitive_desc(cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                                     src, c.wei_any, dst, c.strides, c.dilation, c.pad_lo, c.pad_hi, user_scratchpad());
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto algo = dnnl::algorithm::convolution_direct;
+    if (x.bias != nullptr)
+      return dnnl::convolution_forward::primitive_desc(cpu_engine(), prop, algo, src, c.wei_any, bias_desc(x.co), dst, c.strides, c.dilation,
+                                                       c.pad_lo, c.pad_hi, attr);
+    return dnnl::convolution_forward::primitive_desc(cpu_engine(), prop, algo, src, c.wei_any, dst, c.strides, c.dilation, c.pad_lo,
+                                                     c.pad_hi, attr);
   };
   dnnl::convolution_forward::primitive_desc pd;
   if (act_layout() == ActLayout::kAuto && x.channels_last) {
@@ -994,7 +1025,9 @@ int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   memory src = plan->src_reorder ? memory(plan->src, eng, src_tmp.ptr) : user_src;
   memory dst = plan->dst_reorder ? memory(plan->dst, eng, dst_tmp.ptr) : user_dst;
   if (plan->src_reorder) run(plan->to_src.prim, s, {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}}, plan->to_src.scratch, scratch.ptr);
-  run(plan->prim, s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}}, plan->scratch, scratch.ptr);
+  std::unordered_map<int, memory> conv_args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+  if (x.bias != nullptr) conv_args.emplace(DNNL_ARG_BIAS, memory(bias_desc(x.co), eng, const_cast<float*>(x.bias)));
+  run(plan->prim, s, std::move(conv_args), plan->scratch, scratch.ptr);
   if (plan->dst_reorder) run(plan->from_dst.prim, s, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}}, plan->from_dst.scratch, scratch.ptr);
   s.wait();
   return 0;
@@ -1103,6 +1136,7 @@ int32_t ral_conv2d_impl(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
   // Degenerate reductions oneDNN rejects (no input channels or an empty kernel): the sum is 0.
   if (x.ci == 0 || x.kh == 0 || x.kw == 0 || x.h == 0 || x.w == 0) {
     std::fill(x.output, x.output + x.n * x.co * x.oh * x.ow, 0.0f);
+    builtin_conv2d_epilogue(x);
     return 0;
   }
 #ifdef DISC_HAVE_DNNL
