@@ -96,6 +96,11 @@ class ConvEpilogue:
     relu: bool
     end: Node
 
+    def describe(self) -> str:
+        """"+ bias %b, relu -> %end": what follows the convolution inside its call."""
+        parts = ([f"bias %{self.bias.name}"] if self.bias is not None else []) + (["relu"] if self.relu else [])
+        return f"+ {', '.join(parts)} -> %{self.end.name}"
+
 
 @dataclass
 class LibraryStep:

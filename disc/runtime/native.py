@@ -106,7 +106,11 @@ def step_profile(native: NativeBuild) -> list[dict]:
     out = []
     for k, call in enumerate(native.source.calls):
         kernel = getattr(call, "kernel", None)
-        what = f"{call.node.op} %{call.node.name}" if kernel is None else f"{kernel.name} -> %{call.step.group.nodes[-1].name}"
+        if kernel is not None:
+            what = f"{kernel.name} -> %{call.step.group.nodes[-1].name}"
+        else:
+            epilogue = getattr(call, "epilogue", None)
+            what = f"{call.node.op} %{call.node.name}" + (f" {epilogue.describe()}" if epilogue is not None else "")
         versions = kernel.versions if kernel is not None else ["library"]
         out.append({"step": k, "what": what, "ns": ns[k], "calls": {v: hits[MAX_VERSIONS * k + i] for i, v in enumerate(versions)}})
     return out

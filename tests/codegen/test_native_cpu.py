@@ -261,6 +261,9 @@ def test_convolutions_compute_their_bias_and_relu_in_the_library_call():
     # What is left for kernels: the image's NCHW -> NHWC, the pool and the result's NHWC -> NCHW.
     assert lowered.counts() == {"memory_bound": 3, "library": 4}
     assert cm.executor.native.source.text.count("c.relu = 1;") == 3
+    explained = disc.explain(cm)
+    assert explained.count("computes its epilogue: + bias %") == 3 and "computes its epilogue: + relu -> %" in explained
+    assert "library  -> %" in explained and "[convolution, broadcast_in_dim, add, relu]" in explained
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
