@@ -291,10 +291,7 @@ class _ProgramEmitter:
         axes = channels_first_axes(4, a["channels_last"])  # N, C, H, W of x and of y
         xs, ws, ys = [x.shape[i] for i in axes], w.shape, [y.shape[i] for i in axes]
         constant = n.op == "convolution" and self.lp.location[w][0] == "const"
-        after = ""
-        if epilogue is not None:
-            after = "".join([f" + %{epilogue.bias.name}" if epilogue.bias is not None else "", ", relu" if epilogue.relu else ""])
-            after = f", then{after} -> %{epilogue.end.name}"
+        after = f", then {epilogue.describe()}" if epilogue is not None else ""
         return [
             f"  {{  // %{n.name} = {n.op}" + (" (channels last)" if a["channels_last"] else "") + after,
             "    disc_conv2d_args c{};",
