@@ -178,14 +178,11 @@ def _decoded_fallbacks(folder: Path, manifest: dict) -> dict[str, Any]:
 
 def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:
     """The native program of ``graph``: the saved library where it is valid here, else built again."""
-    from disc.codegen.cpu.program import emit_program
     from disc.codegen.cpu.toolchain import BuildResult, build
-    from disc.codegen.lowering import lower
-    from disc.runtime.native import NativeBuild, build_options
+    from disc.runtime.native import NativeBuild, build_options, native_source
 
     start = time.perf_counter()
-    lowered = lower(graph, conv_epilogues=True)
-    source = emit_program(lowered)
+    lowered, source = native_source(graph)
     saved_source = _checked_bytes(folder / "program.cc", manifest["files"]["program.cc"]).decode()
     options = build_options(manifest["native"]["profile"])
     library = folder / "program.so"

@@ -63,10 +63,17 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     if profile is None:
         profile = os.environ.get("DISC_PROFILE") == "1"
     start = time.perf_counter()
-    lowered = lower(graph, conv_epilogues=True)
-    source = emit_program(lowered)
+    lowered, source = native_source(graph)
     result = build(source.text, f"disc_{graph.name}", **build_options(profile))
     return NativeBuild(lowered, source, result, time.perf_counter() - start)
+
+
+def native_source(graph: Graph) -> tuple[LoweredProgram, NativeSource]:
+    """The CPU backend's lowering of ``graph`` and the C++ it generates (a saved program is reused
+    only where this gives its source again). Convolutions take their bias and ReLU: the RAL
+    applies them inside the call."""
+    lowered = lower(graph, conv_epilogues=True)
+    return lowered, emit_program(lowered)
 
 
 def build_options(profile: bool = False) -> dict:

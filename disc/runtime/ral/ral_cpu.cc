@@ -975,10 +975,15 @@ std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layo
   return 0;
 }
 
-int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
+// The cached plan of the forward convolution x describes, built on first use.
+std::shared_ptr<const ConvPlan> forward_plan(const disc_conv2d_args& x) {
   const ConvKey key = conv_key(x);
   std::shared_ptr<const ConvPlan> plan = plan_cache().find(key);
-  if (!plan) plan = plan_cache().insert(key, make_plan(x));
+  return plan ? plan : plan_cache().insert(key, make_plan(x));
+}
+
+int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
+  std::shared_ptr<const ConvPlan> plan = forward_plan(x);
   dnnl::engine& eng = cpu_engine();
   dnnl::stream s(eng);
 
@@ -1244,9 +1249,7 @@ extern "C" __attribute__((visibility("default"))) int32_t disc_ral_cpu_conv_plan
   disc_ral_ctx ctx{};
   if (args == nullptr || out == nullptr || len <= 0 || check_conv(&ctx, *args) != 0) return 1;
   try {
-    const ConvKey key = conv_key(*args);
-    std::shared_ptr<const ConvPlan> plan = plan_cache().find(key);
-    if (!plan) plan = plan_cache().insert(key, make_plan(*args));
+    std::shared_ptr<const ConvPlan> plan = forward_plan(*args);
     std::string reorders;
     for (const auto& [name, on] : {std::pair<const char*, bool>{"src", plan->src_reorder}, {"weights", plan->wei_reorder}, {"dst", plan->dst_reorder}})
       if (on) reorders += (reorders.empty() ? "" : ",") + std::string(name);
