@@ -43,6 +43,7 @@ class CompileReport:
     backend: Any = None  # BackendChoice: native-cpu or reference, and why
     decomposed_because: str | None = None  # why torch.export's program needed run_decompositions
     fallback_calls: dict[str, Any] = field(default_factory=dict)  # call key -> the importer's Fallback (what disc.save writes)
+    cache: str = ""  # what the program cache did: hit, miss and stored, off, or why it was not used
 
     def text(self) -> str:
         g = self.graph
@@ -53,6 +54,8 @@ class CompileReport:
         if self.source == "disc.compile":
             why = self.decomposed_because
             lines.append("capture: torch.export, " + (f"decomposed to core ATen ({why})" if why else "lowered as exported (no decomposition pass)"))
+        if self.cache:
+            lines.append(f"program cache: {self.cache}")
         lines.append("")
         lines.append("-- constraints --")
         lines += ["  " + ln for ln in g.constraints.describe()] or ["  (none)"]
@@ -177,6 +180,7 @@ def compile(
     dynamic: Mapping[str, Mapping[int, str]] | None = None,
     constraints: Constraints | None = None,
     backend: str | None = None,
+    cache: bool | None = None,
 ) -> CompiledModule:
     """Compile ``model`` once for every shape.
 
@@ -188,9 +192,14 @@ def compile(
     inputs, the Triton program for GPU inputs, or the reference executor where the graph
     has no such form; "native" / "triton": that program, or an error; "reference": op by
     op with torch.
+    ``cache``: look the model up in the program cache first, and store what is compiled
+    (default on; ``DISC_PROGRAM_CACHE=0`` turns it off). A model compiled before on this
+    machine, with the same code, weights, inputs and options, is loaded without torch.export
+    (see ``disc/runtime/program_cache.py`` for what the key covers).
     """
     from disc.frontends.torch.export import capture
     from disc.passes.pipeline import run_pipeline
+    from disc.runtime import program_cache
 
     if not isinstance(model, torch.nn.Module):
         raise CompileError(f"disc.compile expects a torch.nn.Module, got {type(model).__name__}")
@@ -201,6 +210,18 @@ def compile(
         )
     start = time.perf_counter()
     ranges, facts = _split_constraints(constraints)
+    key, cached = None, "off"
+    if program_cache.enabled(cache):
+        try:
+            key = program_cache.program_key(model, tuple(example_inputs), {"dynamic": dynamic, "constraints": constraints, "backend": backend})
+        except program_cache.Uncacheable as e:
+            cached = f"not used: {e}"
+    if key is not None:
+        hit, cached = program_cache.lookup(key)
+        if hit is not None:
+            hit.report.cache = cached
+            hit.report.compile_seconds = time.perf_counter() - start
+            return hit
     captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
     graph = captured.importer.graph
     _apply_user_facts(graph, facts, ranges)
@@ -216,9 +237,14 @@ def compile(
         decomposed_because=captured.decomposed_because,
         backend=choice,
         fallback_calls=dict(captured.importer.fallbacks),
+        cache=cached,
     )
+    compiled = CompiledModule(report, executor, captured.input_names, captured.out_spec)
+    if key is not None:
+        extra = {"hints": captured.hints, "decomposed_because": captured.decomposed_because}
+        report.cache = f"{cached}; {program_cache.store(key, compiled, extra)}"
     record_report(report)
-    return CompiledModule(report, executor, captured.input_names, captured.out_spec)
+    return compiled
 
 
 def _split_constraints(constraints: Constraints | None) -> tuple[dict[str, tuple[int | None, int | None]], list[Any]]:

@@ -33,8 +33,11 @@ def demo(model_name: str = "bert", variant: str = "small", repeats: int = 3) -> 
     first = dict(zip(entry.dims, DEMO_STREAM[0]))
     start = time.perf_counter()
     cm = disc.compile(model, entry.inputs(first), dynamic=entry.dynamic)
-    print(f"compiled once in {time.perf_counter() - start:.2f} s "
+    hit = cm.report.cache.startswith("hit")
+    print(f"{'loaded from the program cache' if hit else 'compiled once'} in {time.perf_counter() - start:.2f} s "
           f"({sum(cm.graph.op_counts().values())} IR ops, fallbacks: {cm.report.fallbacks or 'none'})")
+    if hit:
+        print("(compiled by an earlier run; DISC_PROGRAM_CACHE=0 compiles it again)")
     print()
     print(f"{'batch':>5} {'seq':>5} {'eager ms':>9} {'disc ms':>9} {'ratio':>6} {'max rel err':>12}")
     worst = 0.0

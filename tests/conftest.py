@@ -8,6 +8,9 @@ import pytest
 import torch
 
 os.environ.setdefault("DISC_VERIFY", "1")
+# Each test compiles what it tests: a program stored by an earlier run (or test) would skip the
+# capture and passes under test. tests/runtime/test_program_cache.py turns the cache on.
+os.environ.setdefault("DISC_PROGRAM_CACHE", "0")
 # Without a GPU, the Triton backend's tests run its kernels in Triton's interpreter on CPU tensors.
 # Set before anything imports triton's JIT (the variable is read when a kernel is decorated).
 if not torch.cuda.is_available():

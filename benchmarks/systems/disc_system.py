@@ -63,7 +63,8 @@ register(
     Disc(
         "disc",
         "disc.compile, dynamic dims from the workload: the native CPU program (the reference executor where a graph has no native form)",
-        cache_note="the generated C++ is cached on disk: a warm start captures and lowers again but skips the C++ compiler",
+        cache_note="disc's program cache (keyed by the model's code, attributes and weights, the inputs' types and the options): "
+        "a warm start loads the stored program, with no torch.export, no passes and no C++ compiler",
         preload=_PRELOAD,
     )
 )

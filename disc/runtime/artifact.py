@@ -33,6 +33,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,11 +55,17 @@ class ArtifactError(DiscError):
     """A saved program cannot be written or read (the message names the file and the reason)."""
 
 
-def save(compiled: Any, folder: str | os.PathLike) -> Path:
-    """Write ``compiled`` (a ``disc.CompiledModule``) to ``folder``, replacing what is there."""
+def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str] | None = None, extra: dict | None = None) -> Path:
+    """Write ``compiled`` (a ``disc.CompiledModule``) to ``folder``, replacing what is there.
+
+    ``external`` maps constants the folder does not hold to the name their owner knows them by
+    (the program cache leaves a model's parameters in the model); ``load`` must then be given
+    them. ``extra`` is stored in the manifest as it is (JSON).
+    """
     folder = Path(folder)
     report = compiled.report
     graph = report.graph
+    external = dict(external or {})
     fallbacks = _encoded_fallbacks(report)
     try:
         out_spec = pytree.treespec_dumps(compiled.out_spec)
@@ -69,7 +76,8 @@ def save(compiled: Any, folder: str | os.PathLike) -> Path:
     try:
         ir = print_graph(graph).encode()
         (tmp / "program.disc").write_bytes(ir)
-        constants, blob_digest, blob_bytes = _write_constants(tmp / "constants.bin", graph.constants)
+        held = {k: v for k, v in graph.constants.items() if k not in external}
+        constants, blob_digest, blob_bytes = _write_constants(tmp / "constants.bin", held)
         manifest: dict[str, Any] = {
             "format": FORMAT,
             "name": report.name,
@@ -79,6 +87,13 @@ def save(compiled: Any, folder: str | os.PathLike) -> Path:
             "files": {"program.disc": _digest(ir), "constants.bin": {"sha256": blob_digest, "bytes": blob_bytes}},
             "constants": constants,
         }
+        if external:
+            manifest["external"] = [
+                {"name": k, "owner_name": external[k], "dtype": dtype_of_torch(graph.constants[k].dtype), "shape": list(graph.constants[k].shape)}
+                for k in external
+            ]
+        if extra:
+            manifest["extra"] = extra
         if fallbacks:
             manifest["fallbacks"] = fallbacks
             manifest["fallback_counts"] = dict(report.fallbacks)
@@ -106,11 +121,12 @@ def save(compiled: Any, folder: str | os.PathLike) -> Path:
     return folder
 
 
-def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
+def load(folder: str | os.PathLike, *, backend: str | None = None, external: Mapping[str, torch.Tensor] | None = None) -> Any:
     """The ``disc.CompiledModule`` saved in ``folder``, ready to call at any shape.
 
     ``backend`` as for ``disc.compile``; by default the backend it was saved with
     (a native CPU program reuses its saved library where it is valid here).
+    ``external``: the constants saved as external, by the owner's names (``save``).
     """
     from disc.api import CompiledModule, CompileReport, record_report
     from disc.runtime.backend import BackendChoice, make_executor
@@ -121,7 +137,8 @@ def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
     files = manifest["files"]
     # The parameters are the bulk of the bytes: they are read and hashed while the IR is parsed
     # and lowered against placeholders of their shapes (lowering reads no parameter values).
-    placeholders = {c["name"]: torch.empty(c["shape"], dtype=DTYPES[c["dtype"]], device="meta") for c in manifest["constants"]}
+    placeholders = {c["name"]: torch.empty(c["shape"], dtype=DTYPES[c["dtype"]], device="meta") for c in manifest["constants"] + manifest.get("external", [])}
+    bound = _external_constants(folder, manifest, external)
     saved = manifest["backend"]
     # A program cut at fallbacks is rebuilt segment by segment, as compiled ("auto" moves the
     # ops the code generator refuses to PyTorch, as it did then).
@@ -135,6 +152,7 @@ def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
         if chosen in ("native", "auto") and "native" in manifest:
             native = _native_build(folder, manifest, graph)
         graph.constants.update(constants.result())
+    graph.constants.update(bound)
     if native is not None:
         from disc.runtime.native import NativeExecutor
 
@@ -152,6 +170,24 @@ def load(folder: str | os.PathLike, *, backend: str | None = None) -> Any:
     )
     record_report(report)
     return CompiledModule(report, executor, manifest["input_names"], pytree.treespec_loads(manifest["out_spec"]))
+
+
+def _external_constants(folder: Path, manifest: dict, given: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """The graph's constants that ``folder`` does not hold, taken from ``given`` and checked."""
+    wanted = manifest.get("external", [])
+    if wanted and given is None:
+        raise ArtifactError(f"{folder} is a program-cache entry, not a saved program: its parameters stay in the model it was compiled from")
+    out = {}
+    for c in wanted:
+        t = (given or {}).get(c["owner_name"])
+        if t is None:
+            raise ArtifactError(f"{folder}: constant {c['name']!r} needs the model's {c['owner_name']!r}, which was not given")
+        if t.dtype != DTYPES[c["dtype"]] or list(t.shape) != c["shape"]:
+            raise ArtifactError(
+                f"{folder}: the model's {c['owner_name']!r} is {dtype_of_torch(t.dtype)}{list(t.shape)}, the program was compiled for {c['dtype']}{c['shape']}"
+            )
+        out[c["name"]] = t.detach().contiguous()
+    return out
 
 
 def _encoded_fallbacks(report: Any) -> dict[str, dict]:
