@@ -15,7 +15,8 @@ The key covers (``program_key``):
     torch's excluded since torch's version is in the key) and of every module imported from
     outside the standard library and site-packages (the user's own files);
   - its state: each submodule's class, training flag and plain attributes (numbers,
-    strings, dtypes, containers of them, dataclasses, functions by name), and every
+    strings, dtypes, containers of them, dataclasses and other objects whose state is their
+    ``__dict__``, functions by name and source file), and every
     parameter and buffer: name, dtype, shape, strides and the SHA-256 of its bytes;
   - the call: the example inputs' dtypes, shapes and strides (not their values: torch.export
     refuses a branch on a value rather than specialising on it), ``dynamic``,
@@ -67,6 +68,12 @@ _MODULE_INTERNALS = frozenset(vars(nn.Module()))
 _HOOKS = tuple(k for k in _MODULE_INTERNALS if k.endswith("hooks") and ("forward" in k or "backward" in k))
 
 
+@dataclass
+class _KeyContext:
+    files: set[str]  # source files of the classes and functions met so far
+    modules: dict[int, str]  # the model's submodules, by id: their name in the model
+
+
 class Uncacheable(Exception):
     """What the key cannot describe (the message says which submodule and attribute)."""
 
@@ -106,7 +113,8 @@ def program_key(model: nn.Module, args: Sequence[Any], options: Mapping[str, Any
     feed("disc-program/1", _disc_source_digest(), torch.__version__, sys.version)
     feed(sorted((k, v) for k, v in os.environ.items() if k.startswith("DISC_") and k not in _ENV_NOT_KEYED))
     feed(torch.is_grad_enabled(), torch.get_default_dtype())
-    files: set[str] = set()
+    ctx = _KeyContext(set(), {id(m): name for name, m in model.named_modules()})
+    files = ctx.files
     for name, m in model.named_modules(remove_duplicate=False):
         feed("module", name, _qualname(type(m)), m.training)
         files.update(_class_files(type(m)))
@@ -115,7 +123,7 @@ def program_key(model: nn.Module, args: Sequence[Any], options: Mapping[str, Any
                 raise Uncacheable(f"submodule {name or '(root)'!r} has {hook.strip('_').replace('_', ' ')}")
         for attr, value in sorted(vars(m).items()):
             if attr not in _MODULE_INTERNALS:
-                feed(attr, _encode(value, f"{name or '(root)'}.{attr}", files, 0))
+                feed(attr, _encode(value, f"{name or '(root)'}.{attr}", ctx, 0))
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         raise Uncacheable("a global module forward hook is registered")
     files.update(_user_files())
@@ -129,7 +137,7 @@ def program_key(model: nn.Module, args: Sequence[Any], options: Mapping[str, Any
     for (what, _), digest in zip(tensors, _tensor_digests(tensors)):
         feed(what, digest)
     for k in sorted(options):
-        feed(k, _encode(options[k], k, files, 0))
+        feed(k, _encode(options[k], k, ctx, 0))
     return ProgramKey(h.hexdigest(), {k: v for k, v in state.items()})
 
 
@@ -192,8 +200,8 @@ def _tensor_digests(tensors: list[tuple[str, Any]]) -> list[str]:
         return list(pool.map(one, tensors))
 
 
-def _encode(value: Any, where: str, files: set[str], depth: int) -> Any:
-    """A plain, comparable form of a module attribute (or a compile option); ``files`` collects
+def _encode(value: Any, where: str, ctx: _KeyContext, depth: int) -> Any:
+    """A plain, comparable form of a module attribute (or a compile option); ``ctx.files`` collects
     the source files of functions and classes it names."""
     if depth > 8:
         raise Uncacheable(f"{where} nests too deeply to be keyed")
@@ -202,23 +210,38 @@ def _encode(value: Any, where: str, files: set[str], depth: int) -> Any:
     if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout, enum.Enum)):
         return repr(value)
     if isinstance(value, (tuple, list, set, frozenset)):
-        items = [_encode(v, f"{where}[]", files, depth + 1) for v in value]
+        items = [_encode(v, f"{where}[]", ctx, depth + 1) for v in value]
         return (type(value).__name__, sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items)
     if isinstance(value, Mapping):
-        return ("mapping", sorted(((repr(k), _encode(v, f"{where}[{k!r}]", files, depth + 1)) for k, v in value.items()), key=repr))
+        return ("mapping", sorted(((repr(k), _encode(v, f"{where}[{k!r}]", ctx, depth + 1)) for k, v in value.items()), key=repr))
     if isinstance(value, torch.Tensor):
         return ("tensor", _tensor_digests([(where, value)])[0])
     if isinstance(value, nn.Module):
-        raise Uncacheable(f"{where} holds a module that is not a registered submodule")
+        if id(value) not in ctx.modules:
+            raise Uncacheable(f"{where} holds a module that is not a registered submodule")
+        return ("submodule", ctx.modules[id(value)])  # its own state is keyed where the walk meets it
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
-        files.update(_class_files(value) if isinstance(value, type) else _function_files(value))
+        ctx.files.update(_class_files(value) if isinstance(value, type) else _function_files(value))
         return ("callable", _qualname(value))
     if isinstance(value, functools.partial):
-        return ("partial", _encode(value.func, where, files, depth + 1), _encode(value.args, where, files, depth + 1), _encode(value.keywords, where, files, depth + 1))
+        return ("partial", _encode(value.func, where, ctx, depth + 1), _encode(value.args, where, ctx, depth + 1), _encode(value.keywords, where, ctx, depth + 1))
+    if isinstance(value, types.MethodType):
+        return ("method", _encode(value.__func__, where, ctx, depth + 1), _encode(value.__self__, f"{where}.__self__", ctx, depth + 1))
     if dataclasses.is_dataclass(value):
-        files.update(_class_files(type(value)))
-        return (_qualname(type(value)), [(f.name, _encode(getattr(value, f.name), f"{where}.{f.name}", files, depth + 1)) for f in dataclasses.fields(value)])
+        ctx.files.update(_class_files(type(value)))
+        return (_qualname(type(value)), [(f.name, _encode(getattr(value, f.name), f"{where}.{f.name}", ctx, depth + 1)) for f in dataclasses.fields(value)])
+    if _plain_object(value):  # a configuration object: its class's code and its attributes decide what it does
+        ctx.files.update(_class_files(type(value)))
+        return (_qualname(type(value)), [(k, _encode(v, f"{where}.{k}", ctx, depth + 1)) for k, v in sorted(vars(value).items())])
     raise Uncacheable(f"{where} is a {_qualname(type(value))}, which the key cannot describe")
+
+
+def _plain_object(value: Any) -> bool:
+    """An instance of a Python class (not torch's, not a builtin) that keeps its state in ``__dict__`` alone."""
+    cls = type(value)
+    if cls.__module__.split(".")[0] in ("torch", "builtins") or not hasattr(value, "__dict__"):
+        return False
+    return not any("__slots__" in vars(base) for base in cls.__mro__ if base is not object)
 
 
 def _qualname(obj: Any) -> str:

@@ -101,6 +101,42 @@ def test_a_second_compile_loads_the_program_without_capturing(programs, monkeypa
     assert entry["files"]["constants.bin"]["bytes"] == 0
 
 
+class Settings:
+    """A configuration object that is not a dataclass (as many model libraries' are)."""
+
+    def __init__(self, slope: float) -> None:
+        self.slope = slope
+        self.names = ("a", "b")
+
+
+class Configured(nn.Module):
+    def __init__(self, slope: float) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.settings = Settings(slope)
+        self.act = self.leaky  # a bound method
+
+    def leaky(self, x):
+        return nn.functional.leaky_relu(x, self.settings.slope)
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+def test_a_configuration_object_is_keyed_by_its_attributes(programs):
+    def compiled(slope: float) -> tuple[nn.Module, disc.CompiledModule]:
+        torch.manual_seed(0)
+        model = Configured(slope).eval()
+        return model, disc.compile(model, (torch.randn(3, 8),), dynamic={"x": {0: "n"}})
+
+    assert compiled(0.1)[1].report.cache.startswith("miss")
+    assert compiled(0.1)[1].report.cache.startswith("hit")
+    model, other = compiled(0.3)
+    assert other.report.cache.startswith("miss")
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(other(x), model(x).detach())
+
+
 @pytest.mark.parametrize(
     "change",
     ["weight", "merged weight", "attribute", "training", "dynamic", "example shape", "backend"],
