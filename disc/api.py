@@ -7,6 +7,7 @@ constraints, without recompiling.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -27,6 +28,7 @@ from disc.runtime.reference import ExecutionProfile
 from disc.shape.expr import parse_expr
 
 Constraints = Mapping[str, Any] | Sequence[str]
+logger = logging.getLogger("disc")
 
 
 @dataclass
@@ -216,6 +218,9 @@ def compile(
             key = program_cache.program_key(model, tuple(example_inputs), {"dynamic": dynamic, "constraints": constraints, "backend": backend})
         except program_cache.Uncacheable as e:
             cached = f"not used: {e}"
+        except Exception as e:  # the cache only saves time: failing to key a model must not fail its compilation
+            logger.warning("disc: the program cache could not key %s (%s: %s); compiling it", type(model).__name__, type(e).__name__, e)
+            cached = f"not used: {type(e).__name__} while computing the key: {e}"
     if key is not None:
         hit, cached = program_cache.lookup(key)
         if hit is not None:

@@ -251,6 +251,17 @@ def test_a_model_the_key_cannot_describe_is_compiled_and_says_why(programs, what
     torch.testing.assert_close(compiled(x), model(x).detach())
 
 
+def test_an_error_while_keying_is_reported_and_the_model_compiled(programs, monkeypatch):
+    def broken(tensors):
+        raise RuntimeError("unreadable storage")
+
+    monkeypatch.setattr(program_cache, "_tensor_digests", broken)
+    model = _model()
+    compiled = disc.compile(model, _example(), dynamic=DYN)
+    assert compiled.report.cache == "not used: RuntimeError while computing the key: unreadable storage"
+    _check(model, compiled)
+
+
 def test_off_by_argument(programs):
     compiled = disc.compile(_model(), _example(), dynamic=DYN, cache=False)
     assert compiled.report.cache == "off" and not programs.exists()
