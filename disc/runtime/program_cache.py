@@ -138,7 +138,7 @@ def program_key(model: nn.Module, args: Sequence[Any], options: Mapping[str, Any
         feed(what, digest)
     for k in sorted(options):
         feed(k, _encode(options[k], k, ctx, 0))
-    return ProgramKey(h.hexdigest(), {k: v for k, v in state.items()})
+    return ProgramKey(h.hexdigest(), state)
 
 
 def lookup(key: ProgramKey) -> tuple[Any, str]:
