@@ -206,7 +206,7 @@ def test_a_damaged_entry_is_replaced_not_used(programs):
     disc.compile(_model(), _example(), dynamic=DYN)
     (entry,) = programs.iterdir()
     ir = entry / "program.disc"
-    ir.write_text(ir.read_text().replace("layer_norm", "layer_nrom", 1) if "layer_norm" in ir.read_text() else ir.read_text() + "garbage")
+    ir.write_text(ir.read_text() + "garbage")
     model = _model()
     compiled = disc.compile(model, _example(), dynamic=DYN)
     assert compiled.report.cache.startswith("miss: the entry could not be loaded"), compiled.report.cache
