@@ -120,6 +120,36 @@ def test_exp_of_a_value_minus_its_row_max_equals_exp_bit_for_bit():
         torch.testing.assert_close(cm(x), torch.exp(x - x.amax(-1, keepdim=True)), rtol=2e-7, atol=1e-45)
 
 
+class _RowOverItsSum(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / x.sum(-1, keepdim=True)
+
+
+class _RowOverOtherRowsSum(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / x.sum(1)  # [n, n]: column j is divided by row j's sum, which varies along the row
+
+
+def test_a_row_divided_by_its_own_reduction_multiplies_by_one_reciprocal():
+    gen = torch.Generator().manual_seed(6)
+    x = torch.rand(7, 300, generator=gen) + 0.1
+    cm, source = _compiled_source(_RowOverItsSum(), x, {0: "n", 1: "m"})
+    assert re.search(r"\(v\d+ \* \(float\(1\) / v\d+\)\)", source)
+    assert not re.search(r"\(v\d+ / v\d+\)", source)
+    for shape in ((7, 300), (1, 1), (5, 33), (2, 1)):
+        x = torch.rand(*shape, generator=gen) + 0.1
+        torch.testing.assert_close(cm(x), x / x.sum(-1, keepdim=True), rtol=3e-7, atol=0)
+    x = torch.tensor([[0.0, 0.0], [1.0, -1.0], [float("inf"), 1.0]])  # 0/0, x/0 and inf/inf as a division gives them
+    torch.testing.assert_close(cm(x), x / x.sum(-1, keepdim=True), equal_nan=True)
+
+
+def test_a_division_by_another_rows_sum_stays_a_division():
+    x = torch.rand(6, 6) + 0.1
+    cm, source = _compiled_source(_RowOverOtherRowsSum(), x, {0: "n", 1: "n"})
+    assert not re.search(r"float\(1\) /", source)
+    torch.testing.assert_close(cm(x), x / x.sum(1), rtol=2e-7, atol=0)
+
+
 def test_exp_of_a_value_minus_another_rows_max_keeps_the_full_exp():
     x = torch.randn(6, 6) * 20
     x[0, 5] = 80.0  # x[0, 5] - max(row 5) can be far above 0

@@ -212,6 +212,12 @@ class _Emitter:
             return f"disc_exp_nonpositive_arg({self.value(n.inputs[0], idx)})"
         if op in UNARY:
             return UNARY[op].format(self.value(n.inputs[0], idx))
+        if op == "div" and n.dtype in ("f32", "f64") and self._row_invariant(n.inputs[1]):
+            # A row divided by its own reduction (softmax's sum): one reciprocal per row, which
+            # GCC hoists out of the column loop, and a multiply per element, as eager's softmax
+            # does. A vector division costs several multiplies' throughput on AVX2.
+            a, b = (self.value(x, idx) for x in n.inputs)
+            return f"({a} * ({t}(1) / {b}))"
         if op in BINARY:
             return BINARY[op].format(*(self.value(x, idx) for x in n.inputs))
         if op == "select":
@@ -230,6 +236,10 @@ class _Emitter:
         if handler is None:
             raise Unsupported(f"no C++ kernel form for op {op} (%{n.name})", [n])
         return handler(n, idx)
+
+    def _row_invariant(self, x: Node) -> bool:
+        """Whether ``x`` is a reduction of this kernel's current row broadcast back along it."""
+        return x.op == "broadcast_in_dim" and x.inputs[0] in self.accs and spreads_back_onto_its_rows(x, x.inputs[0])
 
     def _operand_idx(self, x: Node, dims: list[str]) -> Idx:
         return Idx(self.shape(x), tuple(dims))
