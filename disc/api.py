@@ -246,8 +246,7 @@ def compile(
     )
     compiled = CompiledModule(report, executor, captured.input_names, captured.out_spec)
     if key is not None:
-        extra = {"hints": captured.hints, "decomposed_because": captured.decomposed_because}
-        report.cache = f"{cached}; {program_cache.store(key, compiled, extra)}"
+        report.cache = f"{cached}; {program_cache.store(key, compiled)}"
     record_report(report)
     return compiled
 

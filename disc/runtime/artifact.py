@@ -55,12 +55,12 @@ class ArtifactError(DiscError):
     """A saved program cannot be written or read (the message names the file and the reason)."""
 
 
-def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str] | None = None, extra: dict | None = None) -> Path:
+def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str] | None = None) -> Path:
     """Write ``compiled`` (a ``disc.CompiledModule``) to ``folder``, replacing what is there.
 
     ``external`` maps constants the folder does not hold to the name their owner knows them by
     (the program cache leaves a model's parameters in the model); ``load`` must then be given
-    them. ``extra`` is stored in the manifest as it is (JSON).
+    them.
     """
     folder = Path(folder)
     report = compiled.report
@@ -92,8 +92,9 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
                 {"name": k, "owner_name": external[k], "dtype": dtype_of_torch(graph.constants[k].dtype), "shape": list(graph.constants[k].shape)}
                 for k in external
             ]
-        if extra:
-            manifest["extra"] = extra
+        capture = {"hints": report.hints, "decomposed_because": report.decomposed_because}
+        if any(capture.values()):  # what explain says of the capture, kept with the program it made
+            manifest["capture"] = capture
         if fallbacks:
             manifest["fallbacks"] = fallbacks
             manifest["fallback_counts"] = dict(report.fallbacks)
@@ -165,6 +166,8 @@ def load(folder: str | os.PathLike, *, backend: str | None = None, external: Map
         graph=graph,
         fallbacks=dict(manifest.get("fallback_counts", {})),
         compile_seconds=time.perf_counter() - start,
+        hints=dict(manifest.get("capture", {}).get("hints", {})),
+        decomposed_because=manifest.get("capture", {}).get("decomposed_because"),
         backend=choice,
         fallback_calls=fallbacks,
     )

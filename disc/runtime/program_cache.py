@@ -43,7 +43,6 @@ import functools
 import hashlib
 import inspect
 import itertools
-import json
 import logging
 import os
 import shutil
@@ -150,26 +149,22 @@ def lookup(key: ProgramKey) -> tuple[Any, str]:
         return None, "miss"
     try:
         compiled = load(folder, external=key.state)
-        extra = json.loads((folder / "manifest.json").read_text()).get("extra", {})
     except Exception as e:  # a damaged entry, or one another disc wrote: never used, compiled again
         logger.warning("disc: program cache entry %s cannot be loaded (%s); compiling again", folder, e)
         shutil.rmtree(folder, ignore_errors=True)
         return None, f"miss: the entry could not be loaded ({e}) and was replaced"
-    report = compiled.report
-    report.source = "disc.compile"
-    report.hints = dict(extra.get("hints", {}))
-    report.decomposed_because = extra.get("decomposed_because")
+    compiled.report.source = "disc.compile"
     return compiled, f"hit: loaded {folder} (no torch.export, no passes)"
 
 
-def store(key: ProgramKey, compiled: Any, extra: dict) -> str:
+def store(key: ProgramKey, compiled: Any) -> str:
     """Store ``compiled`` under ``key``, its parameters named by the model; what happened."""
     from disc.runtime.artifact import save
 
     owners = {_tensor_identity(t): name for name, t in key.state.items()}
     external = {ref: owners[_tensor_identity(t)] for ref, t in compiled.graph.constants.items() if _tensor_identity(t) in owners}
     try:
-        save(compiled, key.folder, external=external, extra=extra)
+        save(compiled, key.folder, external=external)
     except Exception as e:  # e.g. an output structure or a fallback the artifact format cannot write
         logger.info("disc: not stored in the program cache: %s", e)
         return f"not stored: {e}"

@@ -88,6 +88,18 @@ def test_a_loaded_program_matches_eager_and_reuses_the_saved_library(saved):
         loaded(torch.randn(2, 5, 12))
 
 
+def test_a_loaded_program_keeps_what_explain_says_of_its_capture(tmp_path):
+    """An example with 1-sized dynamic dims is traced at grown sizes (trace hints): the saved
+    program remembers them, and the program cache, which stores saved programs, shows them on a hit."""
+    model = Block().eval()
+    cm = disc.compile(model, _inputs(1, 1), dynamic=DYN)
+    assert cm.report.hints
+    loaded = disc.load(cm.save(tmp_path / "block"))
+    assert loaded.report.hints == cm.report.hints
+    assert "trace hints (dims grown off 0/1 so nothing specialises): " in disc.explain(loaded)
+    _check(model, loaded)
+
+
 def test_loading_in_a_fresh_process_without_a_compiler(saved):
     # A deployment machine may have no C++ compiler: the saved library is all the program needs.
     _, folder = saved
