@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from disc.codegen.lowering import distinct_kernels
+from disc.codegen.lowering import LibraryStep, distinct_kernels
 
 
 def describe_native(native: Any) -> list[str]:
@@ -19,7 +19,7 @@ def describe_native(native: Any) -> list[str]:
         f"  per call: {counts['memory_bound']} memory-bound kernels ({len(src.kernels)} distinct functions), "
         f"{counts['library']} library calls ({load_ral().gemm_library})",
         f"  GEMM operands read through strides instead of copies: {lp.describe_folded_views()}",
-        *[f"  {s.node.op} %{s.node.name} computes its epilogue: {s.epilogue.describe()}" for s in lp.steps if getattr(s, "epilogue", None)],
+        *[f"  {s.node.op} %{s.node.name} computes its epilogue: {s.epilogue.describe()}" for s in lp.steps if isinstance(s, LibraryStep) and s.epilogue is not None],
         "",
         "-- kernels (speculation versions; the first whose condition holds runs) --",
     ]
