@@ -123,6 +123,17 @@ class Configured(nn.Module):
         return self.act(self.fc(x))
 
 
+def test_a_hit_reports_the_capture_it_did_not_run(programs):
+    """1-sized dynamic dims are traced at grown sizes: a hit still says so (trace hints), as the
+    compilation that stored the program did."""
+    first = disc.compile(_model(), (torch.randn(1, 1, 12),), dynamic=DYN)
+    assert first.report.hints
+    hit = disc.compile(_model(), (torch.randn(1, 1, 12),), dynamic=DYN)
+    assert hit.report.cache.startswith("hit: ")
+    assert hit.report.hints == first.report.hints
+    assert "trace hints (dims grown off 0/1" in disc.explain(hit)
+
+
 def test_a_configuration_object_is_keyed_by_its_attributes(programs):
     def compiled(slope: float) -> tuple[nn.Module, disc.CompiledModule]:
         torch.manual_seed(0)
