@@ -85,3 +85,26 @@ def test_disc_profile_env_makes_profiling_builds(monkeypatch) -> None:
     before = sum(sum(p["calls"].values()) for p in step_profile(build))
     NativeExecutor(g, build).run([torch.randn(5, 8)])
     assert sum(sum(p["calls"].values()) for p in step_profile(build)) == before + 1
+
+
+class _Softmax(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, -1)
+
+
+def test_explain_of_a_profiling_build_says_which_speculation_version_ran(monkeypatch) -> None:
+    """The issue's debug mode: with DISC_PROFILE=1, explain counts each version's launches."""
+    monkeypatch.setenv("DISC_PROFILE", "1")
+    cm = disc.compile(_Softmax(), (torch.randn(3, 40),), dynamic={"x": {0: "rows", 1: "cols"}}, backend="native")
+    for shape in ((3, 40), (1, 1), (1, 9000)):  # two calls with short rows (kept in a row cache), one too long for it
+        x = torch.randn(*shape)
+        torch.testing.assert_close(cm(x), torch.softmax(x, -1))
+    text = disc.explain(cm)
+    assert "version row-cached: when s.cols <= 8192: 2 launches" in text
+    assert "version general: when true: 1 launch" in text
+    assert ": 0 launches" in text  # the split-row version (a long row and fewer rows than threads), not taken
+    assert "library calls 0.000 ms in 0 calls" in text
+    monkeypatch.delenv("DISC_PROFILE")
+    plain = disc.compile(_Softmax(), (torch.randn(3, 40),), dynamic={"x": {0: "rows", 1: "cols"}}, backend="native")
+    plain(torch.randn(3, 40))
+    assert "version row-cached: when s.cols <= 8192\n" in disc.explain(plain) and "a profiling build" not in disc.explain(plain)

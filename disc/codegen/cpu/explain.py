@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from disc.codegen.cpu.program import KernelCall
 from disc.codegen.lowering import LibraryStep, distinct_kernels
 
 
@@ -23,12 +24,22 @@ def describe_native(native: Any) -> list[str]:
         "",
         "-- kernels (speculation versions; the first whose condition holds runs) --",
     ]
+    ran = _versions_run(native)
     for call, uses in distinct_kernels(src.calls):
         ops = ", ".join(n.op for n in call.step.group.nodes)
-        lines.append(f"  {call.kernel.name} x{uses}: [{ops}]")
+        name = call.kernel.name
+        timing = f" ({ran[name]['ns'] / 1e6:.3f} ms in {_launches(sum(ran[name]['hits'].values()))})" if ran is not None else ""
+        lines.append(f"  {name} x{uses}: [{ops}]{timing}")
         if len(call.kernel.versions) > 1:
             for label, cond in zip(call.kernel.versions, call.kernel.conditions):
-                lines.append(f"    version {label}: when {cond}")
+                count = f": {_launches(ran[name]['hits'].get(label, 0))}" if ran is not None else ""
+                lines.append(f"    version {label}: when {cond}{count}")
+    if ran is not None:
+        library = ran.get(None, {"ns": 0, "hits": {}})
+        lines.append(
+            f"  (a profiling build, DISC_PROFILE=1: launches and times since the program was loaded; "
+            f"library calls {library['ns'] / 1e6:.3f} ms in {sum(library['hits'].values())} calls)"
+        )
     lines += [
         "",
         "-- memory plan (buffers of provably equal size with disjoint lifetimes share a slot; each call packs",
@@ -37,3 +48,26 @@ def describe_native(native: Any) -> list[str]:
     ]
     lines += lp.describe_slots()
     return lines
+
+
+def _launches(n: int) -> str:
+    return f"{n} launch" if n == 1 else f"{n} launches"
+
+
+def _versions_run(native: Any) -> dict[str | None, dict] | None:
+    """Per kernel function (None: the library calls together), nanoseconds and launches per
+    speculation version so far; None unless the program is a profiling build."""
+    from disc.runtime.native import step_profile
+
+    try:
+        steps = step_profile(native)
+    except RuntimeError:
+        return None  # built without the counters
+    out: dict[str | None, dict] = {}
+    for call, step in zip(native.source.calls, steps):
+        name = call.kernel.name if isinstance(call, KernelCall) else None
+        entry = out.setdefault(name, {"ns": 0, "hits": {}})
+        entry["ns"] += step["ns"]
+        for version, hits in step["calls"].items():
+            entry["hits"][version] = entry["hits"].get(version, 0) + hits
+    return out
