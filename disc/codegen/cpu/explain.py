@@ -61,8 +61,8 @@ def _versions_run(native: Any) -> dict[str | None, dict] | None:
 
     try:
         steps = step_profile(native)
-    except RuntimeError:
-        return None  # built without the counters
+    except (RuntimeError, OSError):
+        return None  # built without the counters (or its library can no longer be opened)
     out: dict[str | None, dict] = {}
     for call, step in zip(native.source.calls, steps):
         name = call.kernel.name if isinstance(call, KernelCall) else None
