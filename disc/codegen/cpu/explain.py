@@ -37,7 +37,7 @@ def describe_native(native: Any) -> list[str]:
     if ran is not None:
         library = ran.get(None, {"ns": 0, "hits": {}})
         lines.append(
-            f"  (a profiling build, DISC_PROFILE=1: launches and times since the program was loaded; "
+            f"  (a profiling build, DISC_PROFILE=1: launches and times of every call of this library in this process; "
             f"library calls {library['ns'] / 1e6:.3f} ms in {sum(library['hits'].values())} calls)"
         )
     lines += [
