@@ -143,6 +143,26 @@ def test_a_row_divided_by_its_own_reduction_multiplies_by_one_reciprocal():
     torch.testing.assert_close(cm(x), x / x.sum(-1, keepdim=True), equal_nan=True)
 
 
+class _RowOverArithmeticOfItsReductions(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # F.normalize divides by max(sqrt(sum(x^2)), eps); the second by a sum plus a literal
+        return torch.nn.functional.normalize(x, dim=-1), x / (x.exp().sum(-1, keepdim=True) + 1e-6)
+
+
+def test_a_row_divided_by_arithmetic_on_its_reductions_multiplies_by_one_reciprocal():
+    gen = torch.Generator().manual_seed(7)
+    model = _RowOverArithmeticOfItsReductions()
+    cm, source = _compiled_source(model, torch.randn(4, 33, generator=gen), {0: "n", 1: "m"})
+    assert len(re.findall(r"\(v\d+ \* \(float\(1\) / v\d+\)\)", source)) >= 2
+    assert not re.search(r"\(v\d+ / v\d+\)", source)
+    for shape in ((4, 33), (1, 1), (3, 1), (5, 700)):
+        x = torch.randn(*shape, generator=gen)
+        for got, want in zip(cm(x), model(x)):
+            torch.testing.assert_close(got, want, rtol=3e-7, atol=1e-7)
+    zero = torch.zeros(2, 5)  # normalize of a zero row: 0 / eps, as eager
+    torch.testing.assert_close(cm(zero)[0], model(zero)[0], rtol=0, atol=0)
+
+
 def test_a_division_by_another_rows_sum_stays_a_division():
     x = torch.rand(6, 6) + 0.1
     cm, source = _compiled_source(_RowOverOtherRowsSum(), x, {0: "n", 1: "n"})

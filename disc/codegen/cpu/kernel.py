@@ -238,8 +238,33 @@ class _Emitter:
         return handler(n, idx)
 
     def _row_invariant(self, x: Node) -> bool:
-        """Whether ``x`` is a reduction of this kernel's current row broadcast back along it."""
-        return x.op == "broadcast_in_dim" and x.inputs[0] in self.accs and spreads_back_onto_its_rows(x, x.inputs[0])
+        """Whether ``x`` spreads a value of this kernel's current row back along it: a reduction of
+        the row, or arithmetic on such reductions and literals (``F.normalize``'s
+        ``max(sqrt(sum(x^2)), eps)``). Those are locals of the row, so what is computed from them
+        is hoisted out of the column loop."""
+        if x.op != "broadcast_in_dim":
+            return False
+        found = self._row_reductions(x.inputs[0], 0)
+        return bool(found) and all(spreads_back_onto_its_rows(x, r) for r in found)
+
+    def _row_reductions(self, v: Node, depth: int) -> list[Node] | None:
+        """The current row's reductions ``v`` is computed from, if it is computed from nothing
+        else (them, scalar literals, elementwise ops); None otherwise."""
+        if v in self.accs:
+            return [v]
+        literal = v.op == "constant" and v.attrs.get("ref") is None
+        spread_literal = v.op == "broadcast_in_dim" and v.inputs[0].op == "constant" and v.inputs[0].attrs.get("ref") is None and not v.inputs[0].shape
+        if literal or spread_literal:
+            return []
+        if depth > 8 or v not in self.members or get_spec(v.op).category != ELEMENTWISE:
+            return None
+        found: list[Node] = []
+        for x in v.inputs:
+            sub = self._row_reductions(x, depth + 1)
+            if sub is None:
+                return None
+            found += sub
+        return found
 
     def _operand_idx(self, x: Node, dims: list[str]) -> Idx:
         return Idx(self.shape(x), tuple(dims))
