@@ -2,8 +2,8 @@
 
     python -m benchmarks.qkv_merge [--out PATH] [--rounds N]
 
-For BERT-small and BERT-base hidden sizes and several token counts, times (interleaved, median
-of ``--rounds``) three projections reading torch's ``[N, K]`` weights as stored, which is what
+For BERT-small and BERT-base hidden sizes and several token counts, times (interleaved as in
+``benchmarks.gemm_library``, median of ``--rounds``) three projections reading torch's ``[N, K]`` weights as stored, which is what
 compiled programs do, against one GEMM on the concatenated weight, stored ``[3N, K]`` or
 ``[K, 3N]``. Twelve layers' weights are cycled so that they come from memory, as in a model.
 Prints a table and writes JSON. A probe for a pass not (yet) built: merging needs a copy of
@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
-from disc.runtime.ral import gemm_args, load_ral
+from benchmarks.gemm_library import _interleaved
+from disc.runtime.ral import Ral, gemm_args, load_ral
 
 LAYERS = 12
 CASES = ((256, (8, 64, 256, 1024)), (768, (16, 64, 256, 3072)))
@@ -31,36 +30,28 @@ def measure(hidden: int, m: int, rounds: int) -> dict[str, float]:
     ral = load_ral("dnnl")
     weights = [[torch.randn(hidden, hidden) for _ in range(3)] for _ in range(LAYERS)]  # [N, K], as nn.Linear stores them
     a, outs, merged_out = torch.randn(m, hidden), [torch.empty(m, hidden) for _ in range(3)], torch.empty(m, 3 * hidden)
-    separate = [gemm_args(a, w.t(), o)[0] for layer in weights for w, o in zip(layer, outs)]
+    separate = [[gemm_args(a, w.t(), o)[0] for w, o in zip(layer, outs)] for layer in weights]
     # The args hold raw pointers: the merged weights must outlive them.
     merged = [torch.cat(layer) for layer in weights]  # [3N, K]
     merged_kn = [w.t().contiguous() for w in merged]  # [K, 3N]
     stacked = [gemm_args(a, w.t(), merged_out)[0] for w in merged]
     stacked_kn = [gemm_args(a, w, merged_out)[0] for w in merged_kn]
-    calls = dict(zip(VARIANTS, (separate, stacked, stacked_kn)))
-    _check_same_products(ral, calls, outs, merged_out)
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for r in range(rounds + 1):
-        for v, args in calls.items():
-            start = time.perf_counter()
-            for x in args:
-                ral.call_gemm(x)
-            if r:  # the first round builds plans and warms up
-                times[v].append(time.perf_counter() - start)
+    _check_same_products(ral, separate[-1], [stacked[-1], stacked_kn[-1]], outs, merged_out)
+    calls = dict(zip(VARIANTS, ([x for layer in separate for x in layer], stacked, stacked_kn)))
+    seconds = _interleaved({v: lambda args=args: [ral.call_gemm(x) for x in args] for v, args in calls.items()}, rounds, budget_s=5.0)
     flops = 2.0 * m * hidden * 3 * hidden * LAYERS
-    return {v: flops / statistics.median(t) / 1e9 for v, t in times.items()}
+    return {v: flops / s / 1e9 for v, s in seconds.items()}
 
 
-def _check_same_products(ral, calls: dict, outs: list[torch.Tensor], merged_out: torch.Tensor) -> None:
-    """The three variants compute the same Q, K and V (last layer's), or the probe compares unlike work."""
-    results = []
-    for args in calls.values():
-        for x in args[-3:] if len(args) > LAYERS else args[-1:]:
-            ral.call_gemm(x)
-        results.append(torch.cat(outs, dim=1).clone() if len(args) > LAYERS else merged_out.clone())
-    for got in results[1:]:
-        if not torch.allclose(got, results[0], rtol=1e-4, atol=1e-4):
-            raise AssertionError(f"merged GEMM differs from three GEMMs by {(got - results[0]).abs().max().item():.3g}")
+def _check_same_products(ral: Ral, separate: list, merged: list, outs: list[torch.Tensor], merged_out: torch.Tensor) -> None:
+    """Each merged GEMM computes what the three ``separate`` ones write into ``outs``, or the probe compares unlike work."""
+    for x in separate:
+        ral.call_gemm(x)
+    expected = torch.cat(outs, dim=1)
+    for x in merged:
+        ral.call_gemm(x)
+        if not torch.allclose(merged_out, expected, rtol=1e-4, atol=1e-4):
+            raise AssertionError(f"merged GEMM differs from three GEMMs by {(merged_out - expected).abs().max().item():.3g}")
 
 
 def main(argv: list[str] | None = None) -> None:
