@@ -160,14 +160,15 @@ def load(folder: str | os.PathLike, *, backend: str | None = None, external: Map
         executor, choice = NativeExecutor(graph, native, _ral(folder, manifest)), BackendChoice("native-cpu", native=native)
     else:
         executor, choice = make_executor(graph, fallbacks, chosen, device)
+    capture = manifest.get("capture", {})  # absent in programs saved before it was written
     report = CompileReport(
         name=manifest["name"],
         source="disc.load",
         graph=graph,
         fallbacks=dict(manifest.get("fallback_counts", {})),
         compile_seconds=time.perf_counter() - start,
-        hints=dict(manifest.get("capture", {}).get("hints", {})),
-        decomposed_because=manifest.get("capture", {}).get("decomposed_because"),
+        hints=dict(capture.get("hints", {})),
+        decomposed_because=capture.get("decomposed_because"),
         backend=choice,
         fallback_calls=fallbacks,
     )

@@ -252,9 +252,10 @@ class _Emitter:
         else (them, scalar literals, elementwise ops); None otherwise."""
         if v in self.accs:
             return [v]
-        literal = v.op == "constant" and v.attrs.get("ref") is None
-        spread_literal = v.op == "broadcast_in_dim" and v.inputs[0].op == "constant" and v.inputs[0].attrs.get("ref") is None and not v.inputs[0].shape
-        if literal or spread_literal:
+        def is_literal(x: Node) -> bool:
+            return x.op == "constant" and x.attrs.get("ref") is None
+
+        if is_literal(v) or (v.op == "broadcast_in_dim" and is_literal(v.inputs[0]) and not v.inputs[0].shape):
             return []
         if depth > 8 or v not in self.members or get_spec(v.op).category != ELEMENTWISE:
             return None
