@@ -9,12 +9,15 @@ as a compiled program sees them) and a few ResNet-18 convolutions (batch 1, 224 
 are timed interleaved (one call of each per round) and the median round is reported, so a
 transient load on the machine hits every system alike. Prints a table and writes JSON.
 ``ral-onednn`` picks its GEMM routine by shape; ``ral-onednn-sgemm`` is the same library with
-every GEMM forced to ``dnnl_sgemm``, timed in the same rounds.
+every GEMM forced to ``dnnl_sgemm``, and ``ral-onednn-packed`` the same library told that B is a
+constant (as programs say of a model's weights), so it reads a copy packed once; all timed in the
+same rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -98,13 +101,28 @@ def _interleaved(fns: dict[str, Callable[[], object]], repeats: int, budget_s: f
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def _gemm_fns(rals: dict[str, Ral], a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> dict[str, Callable[[], object]]:
+def _gemm_fns(
+    rals: dict[str, Ral], a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, weight: bool
+) -> dict[str, Callable[[], object]]:
     fns: dict[str, Callable[[], object]] = {}
     for name, ral in rals.items():
         args, _ = gemm_args(a, b, out)  # built once: time the library, not the ctypes marshalling
         fns[name] = lambda ral=ral, args=args: ral.call_gemm(args)
+    if weight and "ral-onednn" in rals:
+        args, _ = gemm_args(a, b, out, b_is_constant=True)
+        fns["ral-onednn-packed"] = lambda ral=rals["ral-onednn"], args=args: ral.call_gemm(args)
     fns["torch"] = lambda: torch.matmul(a, b, out=out)
     return fns
+
+
+def _held(rals: dict[str, Ral], b: torch.Tensor) -> Callable[[], None]:
+    """Holds ``b`` as a program holds its constants; the returned function lets go, freeing its packed copy."""
+    ral = rals.get("ral-onednn")
+    if ral is None:
+        return lambda: None
+    pointer = (ctypes.c_void_p * 1)(b.data_ptr())
+    ral.hold_constants(pointer, 1, True)
+    return lambda: ral.hold_constants(pointer, 1, False)
 
 
 def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
@@ -113,25 +131,27 @@ def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
     for m in BERT_M[:2] if quick else BERT_M:
         for k, n in BERT_KN:
             a = torch.randn(m, k)
-            cases.append((f"bert M={m} K={k} N={n}", a, torch.randn(k, n), torch.empty(m, n), 2.0 * m * n * k))
+            cases.append((f"bert M={m} K={k} N={n}", a, torch.randn(k, n), torch.empty(m, n), 2.0 * m * n * k, True))
             # B as torch's Linear stores its weight ([N, K], read transposed), as compiled models pass it
-            cases.append((f"bert M={m} K={k} N={n} W^T", a, torch.randn(n, k).t(), torch.empty(m, n), 2.0 * m * n * k))
+            cases.append((f"bert M={m} K={k} N={n} W^T", a, torch.randn(n, k).t(), torch.empty(m, n), 2.0 * m * n * k, True))
     # Training's weight gradients dW[N, K] = dY^T @ X over R = batch*seq rows: k runs along both
     # operands' rows.
     for r in BERT_M[1:3] if quick else BERT_M[1:]:
         for k, n in BERT_KN:
             dy, x = torch.randn(r, n), torch.randn(r, k)
-            cases.append((f"dW R={r} K={k} N={n}", dy.t(), x, torch.empty(n, k), 2.0 * r * n * k))
+            cases.append((f"dW R={r} K={k} N={n}", dy.t(), x, torch.empty(n, k), 2.0 * r * n * k, False))
     B, h, D = 8, 12, 64
     for S in (128,) if quick else (128, 384):
         qkv = torch.randn(B, S, 3 * h * D)
         q, k_, v = (t.view(B, S, h, D).transpose(1, 2) for t in qkv.split(h * D, dim=-1))
-        cases.append((f"attn QK^T S={S}", q, k_.transpose(-1, -2), torch.empty(B, h, S, S), 2.0 * B * h * S * S * D))
+        cases.append((f"attn QK^T S={S}", q, k_.transpose(-1, -2), torch.empty(B, h, S, S), 2.0 * B * h * S * S * D, False))
         p = torch.softmax(torch.randn(B, h, S, S), dim=-1)
         ctx = torch.empty(B, S, h * D).view(B, S, h, D).transpose(1, 2)
-        cases.append((f"attn PV S={S}", p, v, ctx, 2.0 * B * h * S * S * D))
-    for label, a, b, out, flops in cases:
-        secs = _interleaved(_gemm_fns(rals, a, b, out), repeats, budget_s=3.0)
+        cases.append((f"attn PV S={S}", p, v, ctx, 2.0 * B * h * S * S * D, False))
+    for label, a, b, out, flops, weight in cases:
+        let_go = _held(rals, b)
+        secs = _interleaved(_gemm_fns(rals, a, b, out, weight), repeats, budget_s=3.0)
+        let_go()
         rows.append({"case": label, "flops": flops, **{f"{name}_gflops": flops / s / 1e9 for name, s in secs.items()}})
         _print_row(rows[-1])
     return rows
@@ -156,7 +176,7 @@ def bench_conv(rals: dict[str, Ral], repeats: int) -> list[dict]:
     return rows
 
 
-COLUMNS = ("ral-onednn", "ral-onednn-sgemm", "ral-builtin", "torch")
+COLUMNS = ("ral-onednn", "ral-onednn-sgemm", "ral-onednn-packed", "ral-builtin", "torch")
 
 
 def _print_header() -> None:

@@ -527,3 +527,104 @@ def test_a_library_built_without_an_rpath_to_onednn_loads_after_preload_dnnl(tmp
     if proc.stdout.strip() == "loaded without preload":
         pytest.skip("the system's loader finds libdnnl.so.3 by itself here")
     assert proc.stdout.strip() == "major 3"
+
+
+# -- constant GEMM weights packed once ---------------------------------------------------------
+
+
+@needs_dnnl
+@pytest.mark.parametrize("k, n, how", [(256, 96, "t"), (100, 37, "t"), (5, 7, "t"), (64, 200, "n"), (1, 33, "t")])
+def test_a_constant_weight_is_packed_once_and_serves_every_m(k, n, how):
+    ral = load_ral("dnnl")
+    w = _operand(k, n, how)  # "t": a Linear's [n, k] weight read as its transpose
+    start = ral.cache_entries()["packed_gemm_bytes"]
+    grew = None
+    for m in (1, 17, 64, 3, 300):
+        a = torch.randn(m, k)
+        args, out = ral_mod.gemm_args(a, w, b_is_constant=True)
+        ral.call_gemm(args)
+        assert rel_err(out, ref_mm(a, w)) <= 1e-4, m
+        held = ral.cache_entries()["packed_gemm_bytes"] - start
+        grew = held if grew is None else grew
+        assert held == grew, m  # the copy of the first call serves every later m
+    assert grew >= k * n * 4  # at least the weight itself (oneDNN pads its blocks)
+
+
+@needs_dnnl
+def test_a_gemm_on_a_non_constant_b_packs_nothing():
+    ral = load_ral("dnnl")
+    a, w = torch.randn(40, 72), _operand(72, 24, "t")
+    start = ral.cache_entries()["packed_gemm_bytes"]
+    assert rel_err(ral.gemm(a, w), ref_mm(a, w)) <= 1e-4
+    assert ral.cache_entries()["packed_gemm_bytes"] == start
+
+
+@needs_dnnl
+def test_packed_gemm_weights_stay_within_the_budget():
+    ral = load_ral("dnnl")
+    previous = ral.set_packed_gemm_mb(0)
+    try:
+        start = ral.cache_entries()["packed_gemm_bytes"]
+        a, w = torch.randn(32, 128), _operand(128, 64, "t")
+        args, out = ral_mod.gemm_args(a, w, b_is_constant=True)
+        ral.call_gemm(args)  # no room: B is read as stored, and the result is the same
+        assert rel_err(out, ref_mm(a, w)) <= 1e-4
+        assert ral.cache_entries()["packed_gemm_bytes"] == start
+        ral.set_packed_gemm_mb((start + 128 * 64 * 4) / 2**20)  # room for exactly this weight
+        ral.call_gemm(args)
+        assert rel_err(out, ref_mm(a, w)) <= 1e-4
+        assert ral.cache_entries()["packed_gemm_bytes"] == start + 128 * 64 * 4
+        other = _operand(128, 64, "t")  # a second weight no longer fits
+        args2, out2 = ral_mod.gemm_args(a, other, b_is_constant=True)
+        ral.call_gemm(args2)
+        assert rel_err(out2, ref_mm(a, other)) <= 1e-4
+        assert ral.cache_entries()["packed_gemm_bytes"] == start + 128 * 64 * 4
+    finally:
+        ral.set_packed_gemm_mb(previous)
+
+
+@needs_dnnl
+def test_a_packed_weight_changed_in_place_is_packed_again():
+    # Breaking the constant contract: the sampled-values guard notices and repacks.
+    ral = load_ral("dnnl")
+    a, w = torch.randn(20, 48), torch.randn(40, 48)
+    args, out = ral_mod.gemm_args(a, w.t(), b_is_constant=True)
+    ral.call_gemm(args)
+    held = ral.cache_entries()["packed_gemm_bytes"]
+    w.mul_(-3.0)
+    ral.call_gemm(args)
+    assert rel_err(out, ref_mm(a, w.t())) <= 1e-4
+    assert ral.cache_entries()["packed_gemm_bytes"] == held  # the new copy replaced the old
+
+
+class _TwoLinears(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(48, 160)
+        self.down = nn.Linear(160, 48)
+
+    def forward(self, x):
+        h = self.up(x)
+        return self.down(torch.relu(h)) + (h @ h.transpose(-1, -2)).sum(-1, keepdim=True)
+
+
+@needs_dnnl
+def test_a_program_packs_its_linear_weights_and_frees_them_with_itself():
+    import gc
+
+    import disc
+
+    ral = load_ral()
+    model = _TwoLinears().eval()
+    start = ral.cache_entries()["packed_gemm_bytes"]
+    with torch.no_grad():
+        cm = disc.compile(model, (torch.randn(2, 5, 48),), dynamic={"x": {0: "b", 1: "s"}})
+        for shape in [(1, 1, 48), (2, 5, 48), (3, 17, 48), (1, 64, 48)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-4)
+    source = cm.executor.native.source.text
+    assert source.count("g.b_is_constant = 1;") == 2  # the two weights, not the activations' product
+    assert ral.cache_entries()["packed_gemm_bytes"] - start >= (48 * 160 * 2) * 4
+    del cm
+    gc.collect()
+    assert ral.cache_entries()["packed_gemm_bytes"] == start

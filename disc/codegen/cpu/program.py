@@ -271,6 +271,10 @@ class _ProgramEmitter:
         lines.append(f"    g.a = {self._at(lhs)}; g.a_rs = {a_rs}; g.a_cs = {a_cs};")
         lines.append(f"    g.b = {self._at(rhs)}; g.b_rs = {b_rs}; g.b_cs = {b_cs};")
         lines.append(f"    g.c = {self._ptr(out.base)}; g.c_rs = {c_rs}; g.alpha = 1.0f; g.beta = 0.0f;")
+        # A weight read from its first element: the RAL may keep it packed, freed with the
+        # program, which holds the buffers by their base addresses.
+        if self.lp.location[rhs.base][0] == "const" and self.c.normalize(rhs.offset) == SymExpr.const(0):
+            lines.append("    g.b_is_constant = 1;")
         lines.append("    if (ral->gemm(ctx, &g)) return 1;")
         lines.append("  }")
         return lines

@@ -24,7 +24,7 @@ import torch
 from disc.codegen.cpu import toolchain
 from disc.errors import CompileError, RuntimeFailure
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 MAX_BATCH_DIMS = 6
 RAL_DIR = Path(__file__).resolve().parent
 
@@ -51,6 +51,7 @@ class GemmArgs(ctypes.Structure):
         ("b", _ptr), ("b_rs", _i64), ("b_cs", _i64), ("b_bs", _dims),
         ("c", _ptr), ("c_rs", _i64), ("c_bs", _dims),
         ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
+        ("b_is_constant", _i32),
     ]  # fmt: skip
 
 
@@ -120,14 +121,21 @@ def _pair_of(v: int | Sequence[int]) -> tuple[int, int]:
 
 
 def gemm_args(
-    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, alpha: float = 1.0, beta: float = 0.0
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    b_is_constant: bool = False,
 ) -> tuple[GemmArgs, torch.Tensor]:
     """``disc_gemm_args`` for ``out = alpha * a @ b + beta * out``, and ``out``.
 
     ``a`` is ``[*batch, m, k]`` and ``b`` ``[*batch, k, n]`` with any strides (leading dims
     broadcast as in torch.matmul; broadcast dims pass stride 0). Without ``out`` a contiguous
     result is allocated (``beta`` must then be 0); ``out`` needs unit stride along its last dim.
-    The args hold raw pointers: keep the tensors alive while they are used.
+    The args hold raw pointers: keep the tensors alive while they are used. ``b_is_constant``
+    promises that ``b`` never changes while it lives (the RAL may keep a repacked copy of it).
     """
     _floats(a, "a")
     _floats(b, "b")
@@ -151,7 +159,7 @@ def gemm_args(
         if n > 1 and out.stride(-1) != 1:
             raise ValueError("gemm: out must have unit stride along its last dim")
     nb = len(batch)
-    args = GemmArgs(m=m, n=n, k=k, batch_rank=nb, alpha=alpha, beta=beta)
+    args = GemmArgs(m=m, n=n, k=k, batch_rank=nb, alpha=alpha, beta=beta, b_is_constant=int(b_is_constant))
     args.batch_shape[:nb] = batch
     args.a, args.a_rs, args.a_cs = a.data_ptr() or None, a.stride(-2), a.stride(-1)
     args.b, args.b_rs, args.b_cs = b.data_ptr() or None, b.stride(-2), b.stride(-1)
@@ -359,11 +367,26 @@ class Ral:
         fn(pointers, n, int(held))
 
     def cache_entries(self) -> dict[str, int]:
-        """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans)
-        and how many matmul plans were built so far (each miss builds one)."""
+        """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans, plans
+        of GEMMs on packed weights), how many matmul plans were built so far (each miss builds one)
+        and the bytes of packed GEMM weights held (bounded by DISC_RAL_PACKED_GEMM_MB)."""
         fn = self.lib.disc_ral_cpu_cache_entries
         fn.restype, fn.argtypes = _i64, [_i32]
-        return {"conv_plans": fn(0), "packed_weights": fn(1), "matmul_plans": fn(2), "matmul_plans_built": fn(3)}
+        return {
+            "conv_plans": fn(0),
+            "packed_weights": fn(1),
+            "matmul_plans": fn(2),
+            "matmul_plans_built": fn(3),
+            "packed_gemm_plans": fn(4),
+            "packed_gemm_bytes": fn(5),
+        }
+
+    def set_packed_gemm_mb(self, mb: float) -> float:
+        """Sets how many megabytes of packed constant GEMM weights this process may keep (0: none)
+        and returns the previous limit. Copies already made stay."""
+        fn = self.lib.disc_ral_cpu_set_packed_gemm_mb
+        fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_double]
+        return fn(mb)
 
     def conv_plan(self, args: Conv2dArgs) -> str | None:
         """How oneDNN runs the forward convolution ``args`` describes: "<kernel>; reorders: <operands

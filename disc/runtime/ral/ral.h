@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define DISC_RAL_ABI_VERSION 3
+#define DISC_RAL_ABI_VERSION 4
 #define DISC_MAX_BATCH_DIMS 6
 
 /* Per-call state. The host allocates it (ctypes) and reads `error` after a
@@ -32,7 +32,8 @@ typedef struct disc_ral_ctx {
  * Element (i, p) of A is at a + i*a_rs + p*a_cs + sum_d(bi_d * a_bs[d]);
  * likewise B with (p, j) and C with (i, j) (C's column stride is always 1).
  * Strides are in elements; a stride of 0 repeats (broadcasts) along that dim.
- * Any of m, n, k, batch extents may be 0 or 1. */
+ * Any of m, n, k, batch extents may be 0 or 1. `b_is_constant` says B never
+ * changes between calls (a model's weight): the RAL may keep a repacked copy. */
 typedef struct disc_gemm_args {
   int64_t m, n, k;
   int32_t batch_rank;                    /* 0..DISC_MAX_BATCH_DIMS */
@@ -44,6 +45,7 @@ typedef struct disc_gemm_args {
   float* c;
   int64_t c_rs, c_bs[DISC_MAX_BATCH_DIMS];
   float alpha, beta;
+  int32_t b_is_constant;
 } disc_gemm_args;
 
 /* 2-D convolution, NCHW input/output (contiguous; NHWC when `channels_last`),

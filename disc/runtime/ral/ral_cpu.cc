@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -106,6 +107,7 @@ struct Gemm2D {
   int64_t brs, bcs;
   float* c;
   int64_t crs;
+  bool b_const = false;  // B is a constant the RAL may keep a packed copy of (2-D problems only)
 };
 
 // C = beta * C; beta == 0 overwrites (BLAS convention: NaNs already in C do not survive).
@@ -257,6 +259,7 @@ Layout choose_layout(int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
 }
 
 std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc);
+std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc);
 
 // Which oneDNN routine runs a GEMM, from its shape at run time. dnnl_sgemm with B passed 'T'
 // (a weight stored [n, k], as torch's Linear keeps it) is slow when k is large next to n: the
@@ -317,6 +320,8 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   Layout la = choose_layout(g.ars, g.acs, g.m, g.k);
   Layout lb = choose_layout(g.brs, g.bcs, g.k, g.n);
   const int64_t ldc = g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs;
+  if (g.b_const && parallel && !la.pack && !lb.pack && g.alpha == 1.0f && g.beta == 0.0f && gemm_routine_override() == GemmRoutine::kAuto)
+    if (std::optional<int32_t> rc = run_packed_b(ctx, g, la, lb, ldc)) return *rc;
   if (prefer_matmul(g, la, lb, parallel))
     if (std::optional<int32_t> rc = run_brgemm(ctx, g, la, lb, ldc)) return *rc;
   const bool pad = pad_k_outer_rows(g, la, lb, parallel);
@@ -372,7 +377,7 @@ int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
   if (x.m < 0 || x.n < 0 || x.k < 0)
     return fail(ctx, "gemm: negative extent (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k);
   if (x.batch_rank < 0 || x.batch_rank > DISC_MAX_BATCH_DIMS) return fail(ctx, "gemm: batch_rank %d out of range", x.batch_rank);
-  Gemm2D g{x.m, x.n, x.k, x.alpha, x.beta, x.a, x.a_rs, x.a_cs, x.b, x.b_rs, x.b_cs, x.c, x.c_rs};
+  Gemm2D g{x.m, x.n, x.k, x.alpha, x.beta, x.a, x.a_rs, x.a_cs, x.b, x.b_rs, x.b_cs, x.c, x.c_rs, x.b_is_constant != 0};
   BatchDims bd;
   for (int d = 0; d < x.batch_rank; ++d) {
     if (x.batch_shape[d] < 0) return fail(ctx, "gemm: negative batch extent %lld", (long long)x.batch_shape[d]);
@@ -401,6 +406,7 @@ int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
   if (g.c == nullptr || (g.k > 0 && (g.a == nullptr || g.b == nullptr))) return fail(ctx, "gemm: null operand");
 
   if (bd.count == 1) return gemm_2d(ctx, g, true);
+  g.b_const = false;  // slices of B are not the buffers programs hold, so their copies could not be freed
   int nthr = omp_get_max_threads();
   double macs = double(g.m) * double(g.n) * double(g.k);
   // Many small GEMMs: one per thread at a time (a library barely threads a 128x64 GEMM). One
@@ -856,6 +862,7 @@ struct PackedWeights {
   memory::desc md;
   std::unique_ptr<float, void (*)(void*)> data{nullptr, std::free};
   float sample[kWeightSamples];
+  int64_t budgeted_bytes = 0;  // counted against the packed-GEMM budget (GEMM weights only)
 };
 
 void sample_weights(const disc_conv2d_args& x, float* out) {
@@ -879,10 +886,35 @@ class WeightCache {
     auto& bucket = map_[key];
     for (auto& e : bucket)
       if (e->md == entry->md) {
+        budgeted_ -= e->budgeted_bytes;
         e = std::move(entry);
         return;
       }
     bucket.push_back(std::move(entry));
+  }
+  // Bytes of packed GEMM weights are reserved before packing, up to `limit` in all; an entry
+  // gives its bytes back when it is replaced or dropped (or `release` when packing failed).
+  bool contains(const WeightKey& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return map_.count(key) > 0;
+  }
+  bool fits(int64_t bytes, int64_t limit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return budgeted_ + bytes <= limit;
+  }
+  bool reserve(int64_t bytes, int64_t limit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (budgeted_ + bytes > limit) return false;
+    budgeted_ += bytes;
+    return true;
+  }
+  void release(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    budgeted_ -= bytes;
+  }
+  int64_t budgeted_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return budgeted_;
   }
   int64_t size() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -902,13 +934,21 @@ class WeightCache {
     auto h = holders_.find(address);
     if (h == holders_.end() || --h->second > 0) return;
     holders_.erase(h);
-    for (auto it = map_.begin(); it != map_.end();) it = it->first[0] == address ? map_.erase(it) : std::next(it);
+    for (auto it = map_.begin(); it != map_.end();) {
+      if (it->first[0] != address) {
+        ++it;
+        continue;
+      }
+      for (const auto& e : it->second) budgeted_ -= e->budgeted_bytes;
+      it = map_.erase(it);
+    }
   }
 
  private:
   std::mutex mu_;
   std::unordered_map<WeightKey, std::vector<std::shared_ptr<const PackedWeights>>, ArrayHash<6>> map_;
   std::unordered_map<int64_t, int64_t> holders_;  // weight address -> programs holding it
+  int64_t budgeted_ = 0;                          // bytes of the packed GEMM weights held
 };
 
 WeightCache& weight_cache() {
@@ -969,6 +1009,113 @@ std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layo
   run(plan->prim, s,
       {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<float*>(g.a))},
        {DNNL_ARG_WEIGHTS, memory(plan->b, eng, const_cast<float*>(g.b))},
+       {DNNL_ARG_DST, memory(plan->c, eng, g.c)}},
+      plan->scratch, scratch.ptr);
+  s.wait();
+  return 0;
+}
+
+// --- a constant B (a model's weight) packed once. Given B as stored, oneDNN's brgemm matmul copies
+// its blocks (16 rows of k by 64 columns of n) on every call, and dnnl_sgemm packs it on every
+// call too: with torch's [n, k] weights that per-call copy is a transpose, and on a 2-core Zen 4
+// it held projections at M = 16 rows to 21-53 GFLOP/s (dnnl_sgemm) or 90-126 (matmul) where the
+// same primitive on B already in its blocked layout ran at 128-167, and at 64 rows to 61-138 or
+// 154-171 against 181-200 (`python -m benchmarks.gemm_library`, "packed" column). The blocked
+// layout is the same for every m, so one copy per weight serves every input shape (one plan per
+// m, like run_brgemm's). The copies cost memory: at most DISC_RAL_PACKED_GEMM_MB of them are kept
+// per process (default kPackedGemmMB; 0 turns packing off), and GEMMs on weights past that read B
+// as stored. A copy goes when the last program holding its weight does (WeightCache::let_go).
+constexpr double kPackedGemmMB = 128;
+
+std::atomic<int64_t>& packed_gemm_budget() {
+  static std::atomic<int64_t> bytes{[] {
+    const char* v = std::getenv("DISC_RAL_PACKED_GEMM_MB");
+    const double mb = (v != nullptr && *v != '\0') ? std::atof(v) : kPackedGemmMB;
+    return static_cast<int64_t>(std::max(mb, 0.0) * 1048576.0);
+  }()};
+  return bytes;
+}
+
+struct PackedBPlan {
+  dnnl::matmul prim;
+  size_t scratch = 0;
+  memory::desc a, b_user, b, c;  // b: the blocked layout the primitive reads B in
+  bool usable = false;           // oneDNN chose a brgemm kernel
+};
+
+std::shared_ptr<const PackedBPlan> make_packed_b_plan(const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
+  auto plan = std::make_shared<PackedBPlan>();
+  plan->a = operand_desc(g.m, g.k, la);
+  plan->b_user = operand_desc(g.k, g.n, lb);
+  plan->c = memory::desc({g.m, g.n}, memory::data_type::f32, memory::dims{ldc, 1});
+  const memory::desc b_any({g.k, g.n}, memory::data_type::f32, tag::any);
+  dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, b_any, plan->c, user_scratchpad());
+  plan->usable = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+  plan->prim = dnnl::matmul(pd);
+  plan->scratch = pd.scratchpad_desc().get_size();
+  plan->b = pd.weights_desc();
+  return plan;
+}
+
+SharedCache<MatmulKey, PackedBPlan, ArrayHash<kMatmulKeyLen>>& packed_b_cache() {
+  static auto* cache = new SharedCache<MatmulKey, PackedBPlan, ArrayHash<kMatmulKeyLen>>(kMaxMatmulPlans);  // never destroyed
+  return *cache;
+}
+
+void sample_b(const Gemm2D& g, float* out) {
+  const int64_t count = g.k * g.n;
+  for (int i = 0; i < kWeightSamples; ++i) {
+    const int64_t at = (count - 1) * i / (kWeightSamples - 1);
+    out[i] = g.b[(at / g.n) * g.brs + (at % g.n) * g.bcs];
+  }
+}
+
+// Runs g on its packed B (packing it on first use) and returns the call's status; nullopt: no
+// brgemm kernel for it, or the budget is spent, so B is read as stored.
+std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
+  // -1 in the last place: a GEMM's B (a convolution's key ends with its groups, >= 1).
+  const WeightKey wkey{static_cast<int64_t>(reinterpret_cast<uintptr_t>(g.b)), g.k, g.n, g.brs, g.bcs, -1};
+  // A weight past the budget skips building plans it would not use (k * n floats: the least a copy takes).
+  if (!weight_cache().contains(wkey) && !weight_cache().fits(g.k * g.n * int64_t(sizeof(float)), packed_gemm_budget().load()))
+    return std::nullopt;
+  const MatmulKey key{g.m, g.n, g.k, la.trans, la.ld, lb.trans, lb.ld, ldc};
+  std::shared_ptr<const PackedBPlan> plan = packed_b_cache().find(key);
+  if (!plan) plan = packed_b_cache().insert(key, make_packed_b_plan(g, la, lb, ldc));
+  if (!plan->usable) return std::nullopt;
+  float now[kWeightSamples];
+  sample_b(g, now);
+  dnnl::engine& eng = cpu_engine();
+  dnnl::stream s(eng);
+  std::shared_ptr<const PackedWeights> packed = weight_cache().find(wkey, plan->b);
+  if (!packed || std::memcmp(packed->sample, now, sizeof now) != 0) {
+    const int64_t bytes = static_cast<int64_t>(plan->b.get_size());
+    if (!weight_cache().reserve(bytes, packed_gemm_budget().load())) return std::nullopt;
+    auto fresh = std::make_shared<PackedWeights>();
+    fresh->md = plan->b;
+    fresh->data.reset(static_cast<float*>(ral_alloc(ctx, bytes)));
+    if (!fresh->data) {
+      weight_cache().release(bytes);
+      return 1;
+    }
+    fresh->budgeted_bytes = bytes;
+    std::memcpy(fresh->sample, now, sizeof now);
+    const Reorder to_b(plan->b_user, plan->b);  // once per weight: not worth caching
+    Scratch reorder_scratch(ctx, static_cast<int64_t>(to_b.scratch));
+    if (to_b.scratch > 0 && reorder_scratch.ptr == nullptr) {
+      weight_cache().release(bytes);
+      return 1;
+    }
+    run(to_b.prim, s, {{DNNL_ARG_FROM, memory(plan->b_user, eng, const_cast<float*>(g.b))}, {DNNL_ARG_TO, memory(plan->b, eng, fresh->data.get())}},
+        to_b.scratch, reorder_scratch.ptr);
+    s.wait();
+    weight_cache().insert(wkey, fresh);
+    packed = fresh;
+  }
+  Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
+  if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
+  run(plan->prim, s,
+      {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<float*>(g.a))},
+       {DNNL_ARG_WEIGHTS, memory(plan->b, eng, packed->data.get())},
        {DNNL_ARG_DST, memory(plan->c, eng, g.c)}},
       plan->scratch, scratch.ptr);
   s.wait();
@@ -1233,11 +1380,24 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
     case 1: return weight_cache().size();
     case 2: return matmul_cache().size();
     case 3: return matmul_cache().built();
+    case 4: return packed_b_cache().size();
+    case 5: return weight_cache().budgeted_bytes();
     default: return -1;
   }
 #else
   (void)which;
   return 0;
+#endif
+}
+
+// Not part of the ABI: sets the packed-GEMM budget to `mb` megabytes (tests, benchmarks) and
+// returns the previous one. Copies already made stay; only new ones are checked against it.
+extern "C" __attribute__((visibility("default"))) double disc_ral_cpu_set_packed_gemm_mb(double mb) {
+#ifdef DISC_HAVE_DNNL
+  return static_cast<double>(packed_gemm_budget().exchange(static_cast<int64_t>(std::max(mb, 0.0) * 1048576.0))) / 1048576.0;
+#else
+  (void)mb;
+  return 0.0;
 #endif
 }
 
