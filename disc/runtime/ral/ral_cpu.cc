@@ -291,6 +291,16 @@ bool prefer_matmul(const Gemm2D& g, const Layout& la, const Layout& lb, bool par
   return parallel && lb.trans == 'T' && g.k >= 2 * g.n && g.m >= 16 && g.m * g.n <= (int64_t{1} << 20);
 }
 
+// A constant B is read from its packed copy (run_packed_b) unless the GEMM is so small that the
+// primitive's per-call setup (~3 us: a stream, three memory objects) outweighs the copy it saves:
+// below 2^16 multiply-adds (a 64-wide layer at a few rows) dnnl_sgemm took 2-3 us to its 5-7.
+constexpr int64_t kPackedMinMacs = int64_t{1} << 16;
+
+bool use_packed_b(const Gemm2D& g, const Layout& la, const Layout& lb) {
+  if (la.pack || lb.pack || g.alpha != 1.0f || g.beta != 0.0f) return false;  // the primitive is set up for C = A @ B
+  return gemm_routine_override() == GemmRoutine::kAuto && g.m * g.n * g.k >= kPackedMinMacs;
+}
+
 // A GEMM whose two operands both keep k along their rows (A passed 'T', B 'N'), as a weight
 // gradient dW = dY^T @ X does, ran at 50-90 GFLOP/s in dnnl_sgemm on a 2-core AVX2 EPYC when both
 // row strides were multiples of 256 floats and one of them 256 or 512 (BERT-small's 256- and
@@ -320,7 +330,7 @@ int32_t dnnl_gemm(disc_ral_ctx* ctx, const Gemm2D& g, bool parallel) {
   Layout la = choose_layout(g.ars, g.acs, g.m, g.k);
   Layout lb = choose_layout(g.brs, g.bcs, g.k, g.n);
   const int64_t ldc = g.m <= 1 ? std::max<int64_t>(g.n, 1) : g.crs;
-  if (g.b_const && parallel && !la.pack && !lb.pack && g.alpha == 1.0f && g.beta == 0.0f && gemm_routine_override() == GemmRoutine::kAuto)
+  if (g.b_const && parallel && use_packed_b(g, la, lb))
     if (std::optional<int32_t> rc = run_packed_b(ctx, g, la, lb, ldc)) return *rc;
   if (prefer_matmul(g, la, lb, parallel))
     if (std::optional<int32_t> rc = run_brgemm(ctx, g, la, lb, ldc)) return *rc;
@@ -1018,9 +1028,9 @@ std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layo
 // --- a constant B (a model's weight) packed once. Given B as stored, oneDNN's brgemm matmul copies
 // its blocks (16 rows of k by 64 columns of n) on every call, and dnnl_sgemm packs it on every
 // call too: with torch's [n, k] weights that per-call copy is a transpose, and on a 2-core Zen 4
-// it held projections at M = 16 rows to 21-53 GFLOP/s (dnnl_sgemm) or 90-126 (matmul) where the
-// same primitive on B already in its blocked layout ran at 128-167, and at 64 rows to 61-138 or
-// 154-171 against 181-200 (`python -m benchmarks.gemm_library`, "packed" column). The blocked
+// it held BERT's projections at 16 rows to 54-133 GFLOP/s where the matmul primitive on B already
+// in its blocked layout ran at 135-192, and at 64 rows to 117-187 against 174-208 (`python -m
+// benchmarks.gemm_library --quick`, "packed" column; a weight stored [k, n] gained nothing). The blocked
 // layout is the same for every m, so one copy per weight serves every input shape (one plan per
 // m, like run_brgemm's). The copies cost memory: at most DISC_RAL_PACKED_GEMM_MB of them are kept
 // per process (default kPackedGemmMB; 0 turns packing off), and GEMMs on weights past that read B
