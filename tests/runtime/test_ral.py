@@ -639,7 +639,9 @@ def test_a_program_packs_its_linear_weights_and_frees_them_with_itself():
             torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-4)
     source = cm.executor.native.source.text
     assert source.count("g.b_is_constant = 1;") == 2  # the two weights, not the activations' product
-    assert ral.cache_entries()["packed_gemm_bytes"] - start >= (48 * 160 * 2) * 4
+    with_program = ral.cache_entries()["packed_gemm_bytes"]
+    assert with_program - start >= (48 * 160 * 2) * 4
     del cm
     gc.collect()
-    assert ral.cache_entries()["packed_gemm_bytes"] == start
+    # Its two copies go with it (and so would an earlier test's stale copy at one of those addresses).
+    assert with_program - ral.cache_entries()["packed_gemm_bytes"] >= (48 * 160 * 2) * 4
