@@ -451,8 +451,8 @@ class _Lowering:
                 for x in n.inputs:
                     if x in members or isinstance(x.type, IndexType) or x in inputs:
                         continue
-                    if x.op == "constant" and x.attrs.get("ref") is None:
-                        continue  # scalar literal, inlined
+                    if x.is_literal:
+                        continue  # inlined
                     inputs.append(x)
             steps.append(KernelStep(FusionGroup(grp.kind, nodes, grp.duplicated), inputs, outputs))
         return _fuse_siblings(self.c, self._drop_unread(steps, view_bases))
@@ -545,8 +545,8 @@ class _Lowering:
                 out_specs.append(("same", self.g.outputs.index(o)))
             elif o.op == "input":
                 out_specs.append(("input", self.g.inputs.index(o)))
-            elif o.op == "constant" and o.attrs.get("ref") is not None:
-                out_specs.append(("const", o.attrs["ref"]))
+            elif o.constant_ref is not None:
+                out_specs.append(("const", o.constant_ref))
             elif o.op == "constant":
                 raise Unsupported(f"output %{o.name} is a scalar literal")
             else:
@@ -554,8 +554,8 @@ class _Lowering:
                 out_specs.append(("buffer", len(out_buffers)))
                 out_buffers.append(o)
         for n in self.g.nodes:
-            if n.op == "constant" and n.attrs.get("ref") is not None:
-                location[n] = ("const", n.attrs["ref"])
+            if n.constant_ref is not None:
+                location[n] = ("const", n.constant_ref)
 
         produced = [s.written for s in steps]
         reads = [s.reads for s in steps]

@@ -534,8 +534,8 @@ def _bias_add(y: Node, readers: Callable[[Node], list[Node]], channel: int, c: S
     in_memory = b.op in ("constant", "input") or (_is_kernel_op(b) and _fusible_kind(b) != "cheap")
     if not in_memory or b.dtype != "f32" or len(b.shape) != 1 or not c.prove_equal(b.shape[0], y.shape[channel]):
         return None
-    if b.op == "constant" and b.attrs.get("ref") is None:
-        return None  # a literal: not in memory
+    if b.is_literal:
+        return None  # not in memory
     return add
 
 

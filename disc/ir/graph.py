@@ -58,6 +58,17 @@ class Node:
     def is_index(self) -> bool:
         return isinstance(self.type, IndexType)
 
+    @property
+    def constant_ref(self) -> str | None:
+        """The name of the ``Graph.constants`` tensor this constant stands for (None for a literal or another op)."""
+        ref = self.attrs.get("ref") if self.op == "constant" else None
+        return ref if isinstance(ref, str) else None
+
+    @property
+    def is_literal(self) -> bool:
+        """A constant whose value is written in its attributes: generated code inlines it, nothing holds it in memory."""
+        return self.op == "constant" and self.attrs.get("ref") is None
+
     def key(self) -> tuple:
         """Identity of the computation (for CSE): op, operands, attributes."""
         return (self.op, tuple(id(i) for i in self.inputs), tuple(sorted(self.attrs.items())))

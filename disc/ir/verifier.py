@@ -59,8 +59,8 @@ def verify(g: Graph) -> None:
         if id(o) not in seen:
             raise VerificationError(f"output %{o.name} is not a node of the graph")
     for n in g.nodes:
-        if n.op == "constant" and n.attrs.get("ref") is not None and n.attrs["ref"] not in g.constants:
-            raise VerificationError(f"%{n.name}: constant payload {n.attrs['ref']!r} is missing")
+        if n.constant_ref is not None and n.constant_ref not in g.constants:
+            raise VerificationError(f"%{n.name}: constant payload {n.constant_ref!r} is missing")
 
 
 def _minted(value: object, known: set[str]) -> bool:

@@ -99,7 +99,7 @@ def cse(graph: Graph) -> Graph:
             continue
         cand = rw.candidate(n)
         key = node_key(cand)
-        ref = cand.attrs.get("ref") if cand.op == "constant" else None
+        ref = cand.constant_ref
         if ref is not None and ref not in rw.dst.constants:
             ref = None  # a dangling reference (the verifier reports it): compare by name only
             key = (key, "ref", cand.attrs["ref"])

@@ -144,8 +144,8 @@ class ReferenceExecutor:
             if n.op == "input" or n.name in self.shape_program.computed:
                 continue
             attrs = dict(n.attrs)
-            if n.op == "constant" and attrs.get("ref") is not None:
-                attrs["ref"] = self.graph.constants[attrs["ref"]]
+            if n.constant_ref is not None:
+                attrs["ref"] = self.graph.constants[n.constant_ref]
             if n.op == "torch_fallback":
                 attrs = {"call": self.fallbacks[attrs["call"]], "results": None}  # a fresh dict per run
             # Values dead after this step are dropped to keep peak memory near eager's.

@@ -184,7 +184,7 @@ class _Emitter:
 
     # -- values -----------------------------------------------------------------
     def value(self, n: Node, idx: Idx) -> str:
-        if n.op == "constant" and n.attrs.get("ref") is None:
+        if n.is_literal:
             return literal(n.attrs["value"], n.dtype)
         key = (n, idx.dims, idx.linear)
         got = self.memo_get(key)
@@ -252,10 +252,7 @@ class _Emitter:
         else (them, scalar literals, elementwise ops); None otherwise."""
         if v in self.accs:
             return [v]
-        def is_literal(x: Node) -> bool:
-            return x.op == "constant" and x.attrs.get("ref") is None
-
-        if is_literal(v) or (v.op == "broadcast_in_dim" and is_literal(v.inputs[0]) and not v.inputs[0].shape):
+        if v.is_literal or (v.op == "broadcast_in_dim" and v.inputs[0].is_literal and not v.inputs[0].shape):
             return []
         if depth > 8 or v not in self.members or get_spec(v.op).category != ELEMENTWISE:
             return None

@@ -217,7 +217,7 @@ class _Emitter:
 
     # -- values -------------------------------------------------------------------------
     def value(self, n: Node, idx: Idx) -> str:
-        if n.op == "constant" and n.attrs.get("ref") is None:
+        if n.is_literal:
             return literal(n.attrs["value"], n.dtype)
         key = (n, idx.dims, idx.linear)
         got = self.memo_get(key)
