@@ -890,6 +890,11 @@ class WeightCache {
       if (e->md == md) return e;
     return nullptr;
   }
+  // The copy in layout `md` if its sampled values are still `now` (else it is stale: repack).
+  std::shared_ptr<const PackedWeights> current(const WeightKey& key, const memory::desc& md, const float* now) {
+    std::shared_ptr<const PackedWeights> e = find(key, md);
+    return e && std::memcmp(e->sample, now, sizeof e->sample) == 0 ? e : nullptr;
+  }
   // Replaces an entry of the same layout (a repack after the sampled values changed).
   void insert(const WeightKey& key, std::shared_ptr<const PackedWeights> entry) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -970,6 +975,23 @@ void run(const dnnl::primitive& p, dnnl::stream& s, std::unordered_map<int, memo
   if (scratch_bytes > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory({{static_cast<int64_t>(scratch_bytes)}, memory::data_type::u8, tag::a},
                                                                   cpu_engine(), scratch));
   p.execute(s, args);
+}
+
+// A fresh copy of constant weights: `to` reorders `from` into `md` (with `scratch` of to.scratch
+// bytes), and the copy takes the place of any stale one under `key`. `budgeted` of its bytes count
+// against the packed-GEMM budget (0 for convolution weights). nullptr: out of memory (reported).
+std::shared_ptr<const PackedWeights> pack_weights(disc_ral_ctx* ctx, dnnl::stream& s, const WeightKey& key, const memory::desc& md,
+                                                  const float* now, const Reorder& to, const memory& from, void* scratch, int64_t budgeted) {
+  auto fresh = std::make_shared<PackedWeights>();
+  fresh->md = md;
+  fresh->data.reset(static_cast<float*>(ral_alloc(ctx, static_cast<int64_t>(md.get_size()))));
+  if (!fresh->data) return nullptr;
+  fresh->budgeted_bytes = budgeted;
+  std::memcpy(fresh->sample, now, sizeof fresh->sample);
+  run(to.prim, s, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, memory(md, cpu_engine(), fresh->data.get())}}, to.scratch, scratch);
+  s.wait();
+  weight_cache().insert(key, fresh);
+  return fresh;
 }
 
 // --- the matmul primitive for one 2-D GEMM. Plans are keyed by extents and strides (m changes
@@ -1096,30 +1118,18 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
   sample_b(g, now);
   dnnl::engine& eng = cpu_engine();
   dnnl::stream s(eng);
-  std::shared_ptr<const PackedWeights> packed = weight_cache().find(wkey, plan->b);
-  if (!packed || std::memcmp(packed->sample, now, sizeof now) != 0) {
+  std::shared_ptr<const PackedWeights> packed = weight_cache().current(wkey, plan->b, now);
+  if (!packed) {
     const int64_t bytes = static_cast<int64_t>(plan->b.get_size());
     if (!weight_cache().reserve(bytes, packed_gemm_budget().load())) return std::nullopt;
-    auto fresh = std::make_shared<PackedWeights>();
-    fresh->md = plan->b;
-    fresh->data.reset(static_cast<float*>(ral_alloc(ctx, bytes)));
-    if (!fresh->data) {
-      weight_cache().release(bytes);
-      return 1;
-    }
-    fresh->budgeted_bytes = bytes;
-    std::memcpy(fresh->sample, now, sizeof now);
     const Reorder to_b(plan->b_user, plan->b);  // once per weight: not worth caching
     Scratch reorder_scratch(ctx, static_cast<int64_t>(to_b.scratch));
-    if (to_b.scratch > 0 && reorder_scratch.ptr == nullptr) {
+    if (to_b.scratch == 0 || reorder_scratch.ptr != nullptr)
+      packed = pack_weights(ctx, s, wkey, plan->b, now, to_b, memory(plan->b_user, eng, const_cast<float*>(g.b)), reorder_scratch.ptr, bytes);
+    if (!packed) {
       weight_cache().release(bytes);
       return 1;
     }
-    run(to_b.prim, s, {{DNNL_ARG_FROM, memory(plan->b_user, eng, const_cast<float*>(g.b))}, {DNNL_ARG_TO, memory(plan->b, eng, fresh->data.get())}},
-        to_b.scratch, reorder_scratch.ptr);
-    s.wait();
-    weight_cache().insert(wkey, fresh);
-    packed = fresh;
   }
   Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
   if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
@@ -1161,19 +1171,9 @@ int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
     const WeightKey wkey{static_cast<int64_t>(reinterpret_cast<uintptr_t>(x.weight)), x.co, x.ci, x.kh, x.kw, x.groups};
     float now[kWeightSamples];
     sample_weights(x, now);
-    packed = weight_cache().find(wkey, plan->wei);
-    if (!packed || std::memcmp(packed->sample, now, sizeof now) != 0) {
-      auto fresh = std::make_shared<PackedWeights>();
-      fresh->md = plan->wei;
-      fresh->data.reset(static_cast<float*>(ral_alloc(ctx, static_cast<int64_t>(plan->wei.get_size()))));
-      if (!fresh->data) return 1;
-      std::memcpy(fresh->sample, now, sizeof now);
-      run(plan->to_wei.prim, s, {{DNNL_ARG_FROM, user_wei}, {DNNL_ARG_TO, memory(plan->wei, eng, fresh->data.get())}},
-          plan->to_wei.scratch, scratch.ptr);
-      s.wait();
-      weight_cache().insert(wkey, fresh);
-      packed = fresh;
-    }
+    packed = weight_cache().current(wkey, plan->wei, now);
+    if (!packed) packed = pack_weights(ctx, s, wkey, plan->wei, now, plan->to_wei, user_wei, scratch.ptr, 0);
+    if (!packed) return 1;
     wei = memory(plan->wei, eng, packed->data.get());
   } else if (plan->wei_reorder) {
     if (wei_tmp.ptr == nullptr) return 1;
