@@ -999,10 +999,12 @@ std::shared_ptr<const PackedWeights> pack_weights(disc_ral_ctx* ctx, dnnl::strea
 constexpr int kMatmulKeyLen = 8;
 using MatmulKey = std::array<int64_t, kMatmulKeyLen>;
 
+// A plan reads B either as stored (b == b_user) or, for a constant B, in the blocked layout oneDNN
+// chose for it (b: "any" resolved; the caller packs a copy of B into it once).
 struct MatmulPlan {
   dnnl::matmul prim;
   size_t scratch = 0;
-  memory::desc a, b, c;
+  memory::desc a, b_user, b, c;
   bool usable = false;  // oneDNN chose a brgemm kernel (else dnnl_sgemm is as good or better)
 };
 
@@ -1010,41 +1012,58 @@ memory::desc operand_desc(int64_t rows, int64_t cols, const Layout& l) {
   return memory::desc({rows, cols}, memory::data_type::f32, l.trans == 'N' ? memory::dims{l.ld, 1} : memory::dims{1, l.ld});
 }
 
-std::shared_ptr<const MatmulPlan> make_matmul_plan(const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
+std::shared_ptr<const MatmulPlan> make_matmul_plan(const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc, bool packed_b) {
   auto plan = std::make_shared<MatmulPlan>();
   plan->a = operand_desc(g.m, g.k, la);
-  plan->b = operand_desc(g.k, g.n, lb);
+  plan->b_user = operand_desc(g.k, g.n, lb);
   plan->c = memory::desc({g.m, g.n}, memory::data_type::f32, memory::dims{ldc, 1});
-  dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, plan->b, plan->c, user_scratchpad());
+  const memory::desc b = packed_b ? memory::desc({g.k, g.n}, memory::data_type::f32, tag::any) : plan->b_user;
+  dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, b, plan->c, user_scratchpad());
   plan->usable = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
   plan->prim = dnnl::matmul(pd);
   plan->scratch = pd.scratchpad_desc().get_size();
+  plan->b = pd.weights_desc();
   return plan;
 }
 
-SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>& matmul_cache() {
-  static auto* cache = new SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>(kMaxMatmulPlans);  // never destroyed
-  return *cache;
+// Plans for B as stored and for packed B are kept apart: the same GEMM may have both (a weight
+// past the packing budget, next to one within it).
+using MatmulCache = SharedCache<MatmulKey, MatmulPlan, ArrayHash<kMatmulKeyLen>>;
+
+MatmulCache& matmul_cache(bool packed_b) {
+  static auto* as_stored = new MatmulCache(kMaxMatmulPlans);  // never destroyed
+  static auto* packed = new MatmulCache(kMaxMatmulPlans);
+  return packed_b ? *packed : *as_stored;
+}
+
+std::shared_ptr<const MatmulPlan> matmul_plan(const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc, bool packed_b) {
+  MatmulCache& cache = matmul_cache(packed_b);
+  const MatmulKey key{g.m, g.n, g.k, la.trans, la.ld, lb.trans, lb.ld, ldc};
+  std::shared_ptr<const MatmulPlan> plan = cache.find(key);
+  return plan ? plan : cache.insert(key, make_matmul_plan(g, la, lb, ldc, packed_b));
+}
+
+// Runs a usable plan on A, B (in plan.b's layout) and C; returns the call's status.
+int32_t execute_matmul(disc_ral_ctx* ctx, dnnl::stream& s, const MatmulPlan& plan, const float* a, const float* b, float* c) {
+  Scratch scratch(ctx, static_cast<int64_t>(plan.scratch));
+  if (plan.scratch > 0 && scratch.ptr == nullptr) return 1;
+  dnnl::engine& eng = cpu_engine();
+  run(plan.prim, s,
+      {{DNNL_ARG_SRC, memory(plan.a, eng, const_cast<float*>(a))},
+       {DNNL_ARG_WEIGHTS, memory(plan.b, eng, const_cast<float*>(b))},
+       {DNNL_ARG_DST, memory(plan.c, eng, c)}},
+      plan.scratch, scratch.ptr);
+  s.wait();
+  return 0;
 }
 
 // Runs g through the matmul primitive if oneDNN has a brgemm kernel for it and returns the call's
 // status; nullopt: it has none, use dnnl_sgemm.
 std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
-  const MatmulKey key{g.m, g.n, g.k, la.trans, la.ld, lb.trans, lb.ld, ldc};
-  std::shared_ptr<const MatmulPlan> plan = matmul_cache().find(key);
-  if (!plan) plan = matmul_cache().insert(key, make_matmul_plan(g, la, lb, ldc));
+  std::shared_ptr<const MatmulPlan> plan = matmul_plan(g, la, lb, ldc, /*packed_b=*/false);
   if (!plan->usable) return std::nullopt;
-  Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
-  if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
-  dnnl::engine& eng = cpu_engine();
-  dnnl::stream s(eng);
-  run(plan->prim, s,
-      {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<float*>(g.a))},
-       {DNNL_ARG_WEIGHTS, memory(plan->b, eng, const_cast<float*>(g.b))},
-       {DNNL_ARG_DST, memory(plan->c, eng, g.c)}},
-      plan->scratch, scratch.ptr);
-  s.wait();
-  return 0;
+  dnnl::stream s(cpu_engine());
+  return execute_matmul(ctx, s, *plan, g.a, g.b, g.c);
 }
 
 // --- a constant B (a model's weight) packed once. Given B as stored, oneDNN's brgemm matmul copies
@@ -1068,32 +1087,6 @@ std::atomic<int64_t>& packed_gemm_budget() {
   return bytes;
 }
 
-struct PackedBPlan {
-  dnnl::matmul prim;
-  size_t scratch = 0;
-  memory::desc a, b_user, b, c;  // b: the blocked layout the primitive reads B in
-  bool usable = false;           // oneDNN chose a brgemm kernel
-};
-
-std::shared_ptr<const PackedBPlan> make_packed_b_plan(const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
-  auto plan = std::make_shared<PackedBPlan>();
-  plan->a = operand_desc(g.m, g.k, la);
-  plan->b_user = operand_desc(g.k, g.n, lb);
-  plan->c = memory::desc({g.m, g.n}, memory::data_type::f32, memory::dims{ldc, 1});
-  const memory::desc b_any({g.k, g.n}, memory::data_type::f32, tag::any);
-  dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, b_any, plan->c, user_scratchpad());
-  plan->usable = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
-  plan->prim = dnnl::matmul(pd);
-  plan->scratch = pd.scratchpad_desc().get_size();
-  plan->b = pd.weights_desc();
-  return plan;
-}
-
-SharedCache<MatmulKey, PackedBPlan, ArrayHash<kMatmulKeyLen>>& packed_b_cache() {
-  static auto* cache = new SharedCache<MatmulKey, PackedBPlan, ArrayHash<kMatmulKeyLen>>(kMaxMatmulPlans);  // never destroyed
-  return *cache;
-}
-
 void sample_b(const Gemm2D& g, float* out) {
   const int64_t count = g.k * g.n;
   for (int i = 0; i < kWeightSamples; ++i) {
@@ -1110,14 +1103,11 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
   // A weight past the budget skips building plans it would not use (k * n floats: the least a copy takes).
   if (!weight_cache().contains(wkey) && !weight_cache().fits(g.k * g.n * int64_t(sizeof(float)), packed_gemm_budget().load()))
     return std::nullopt;
-  const MatmulKey key{g.m, g.n, g.k, la.trans, la.ld, lb.trans, lb.ld, ldc};
-  std::shared_ptr<const PackedBPlan> plan = packed_b_cache().find(key);
-  if (!plan) plan = packed_b_cache().insert(key, make_packed_b_plan(g, la, lb, ldc));
+  std::shared_ptr<const MatmulPlan> plan = matmul_plan(g, la, lb, ldc, /*packed_b=*/true);
   if (!plan->usable) return std::nullopt;
   float now[kWeightSamples];
   sample_b(g, now);
-  dnnl::engine& eng = cpu_engine();
-  dnnl::stream s(eng);
+  dnnl::stream s(cpu_engine());
   std::shared_ptr<const PackedWeights> packed = weight_cache().current(wkey, plan->b, now);
   if (!packed) {
     const int64_t bytes = static_cast<int64_t>(plan->b.get_size());
@@ -1125,21 +1115,14 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
     const Reorder to_b(plan->b_user, plan->b);  // once per weight: not worth caching
     Scratch reorder_scratch(ctx, static_cast<int64_t>(to_b.scratch));
     if (to_b.scratch == 0 || reorder_scratch.ptr != nullptr)
-      packed = pack_weights(ctx, s, wkey, plan->b, now, to_b, memory(plan->b_user, eng, const_cast<float*>(g.b)), reorder_scratch.ptr, bytes);
+      packed = pack_weights(ctx, s, wkey, plan->b, now, to_b, memory(plan->b_user, cpu_engine(), const_cast<float*>(g.b)),
+                            reorder_scratch.ptr, bytes);
     if (!packed) {
       weight_cache().release(bytes);
       return 1;
     }
   }
-  Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
-  if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
-  run(plan->prim, s,
-      {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<float*>(g.a))},
-       {DNNL_ARG_WEIGHTS, memory(plan->b, eng, packed->data.get())},
-       {DNNL_ARG_DST, memory(plan->c, eng, g.c)}},
-      plan->scratch, scratch.ptr);
-  s.wait();
-  return 0;
+  return execute_matmul(ctx, s, *plan, g.a, packed->data.get(), g.c);
 }
 
 // The cached plan of the forward convolution x describes, built on first use.
@@ -1382,15 +1365,16 @@ const char* library_name() {
 }  // namespace
 
 // Not part of the ABI: cache sizes for tests and diagnostics (0: conv plans, 1: packed weights,
-// 2: matmul-primitive plans, 3: matmul-primitive plans built so far).
+// 2: matmul-primitive plans on B as stored, 3: those built so far, 4: matmul-primitive plans on
+// packed B, 5: bytes of packed GEMM weights counted against the budget).
 extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_entries(int32_t which) {
 #ifdef DISC_HAVE_DNNL
   switch (which) {
     case 0: return plan_cache().size();
     case 1: return weight_cache().size();
-    case 2: return matmul_cache().size();
-    case 3: return matmul_cache().built();
-    case 4: return packed_b_cache().size();
+    case 2: return matmul_cache(false).size();
+    case 3: return matmul_cache(false).built();
+    case 4: return matmul_cache(true).size();
     case 5: return weight_cache().budgeted_bytes();
     default: return -1;
   }
