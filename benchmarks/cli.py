@@ -92,12 +92,14 @@ def run(args: argparse.Namespace) -> int:
 
     total = sum(steps_for(w, len(systems), args.repeats) for w in workloads) * len(suite.dtypes)
     with_machine = suite.machine != "none" and not args.no_machine
-    from benchmarks.machine import progress_steps, run_machine_suite
+    from benchmarks.machine import compute_peak, progress_steps, run_machine_suite
 
     progress = Progress(total + (progress_steps(suite.machine == "quick") if with_machine else 0))
     machine = None
     if with_machine:
         machine = run_machine_suite(quick=suite.machine == "quick", progress=lambda label: progress.step(f"machine · {label}"))
+    elif device == "cpu":  # a fraction of a second, and every workload's compute roof needs it
+        machine = {"compute": compute_peak(quick=True)}
     results: list[Any] = []
     for dtype_name in suite.dtypes:
         ctx = Context(device=device, dtype=getattr(torch, dtype_name), workdir=scratch / dtype_name)
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--systems", help="comma-separated subset of systems (default: all registered)")
     r.add_argument("--repeats", type=int, help="steady-state rounds per shape (default: per workload)")
     r.add_argument("--out", help="output folder (default: docs/benchmarks/SUITE, and docs/benchmarks.md is updated)")
-    r.add_argument("--no-machine", action="store_true", help="skip the machine limits and memory-bound microbenchmarks")
+    r.add_argument("--no-machine", action="store_true", help="skip the machine limits and memory-bound microbenchmarks (a CPU suite still measures its FMA peak, a second)")
     r.add_argument("--no-plots", action="store_true")
     sub.add_parser("list", help="list suites, workloads and systems")
     c = sub.add_parser("compare", help="compare two results.json: compile counts and speedups within noise")

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.progress import Progress
 from benchmarks.systems import Context, Runner, System
@@ -82,6 +83,10 @@ class WorkloadResult:
     stream: list[dict[str, int]]
     systems: list[SystemResult]
     seconds: float = 0.0
+    # per shape: the matmuls' and convolutions' floating-point operations, counted on eager by
+    # torch.utils.flop_counter (memory-bound ops count nothing); with the machine's FMA peak it
+    # bounds every system's time from below
+    gflop: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -190,6 +195,14 @@ def model_and_inputs(workload: Workload, ctx: Context, count: int | None = None)
     return model, [workload.inputs(shape, seed=i, device=ctx.device, dtype=ctx.dtype) for i, shape in enumerate(shapes)]
 
 
+def counted_call(model: torch.nn.Module, args: tuple) -> tuple[Any, float]:
+    """``model(*args)`` and the GFLOP of its matmuls and convolutions (torch.utils.flop_counter's count)."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        out = model(*args)
+    return out, counter.get_total_flops() / 1e9
+
+
 def steps_for(workload: Workload, n_systems: int, repeats: int | None = None) -> int:
     """Progress steps ``run_workload`` takes: cold calls, warm start, checked calls, steady rounds."""
     return n_systems * (len(workload.stream) * (2 + (repeats or workload.repeats)) + 1)
@@ -216,7 +229,11 @@ def run_workload(
 
     with torch.no_grad():
         model, inputs = model_and_inputs(workload, ctx)
-        refs = [model(*args) for args in inputs]
+        refs, gflop = [], []
+        for args in inputs:
+            ref, g = counted_call(model, args)
+            refs.append(ref)
+            gflop.append(g)
         sizes = [sum(a.numel() for a in args) for args in inputs]
         largest = sizes.index(max(sizes))
         runners: dict[str, Runner] = {}
@@ -268,6 +285,7 @@ def run_workload(
         stream=[dict(s) for s in stream],
         systems=[results[s.name] for s in systems],
         seconds=time.perf_counter() - started,
+        gflop=gflop,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def _ok(systems: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in systems if s["status"] == "ok"]
 
 
-def workload_tables(w: dict[str, Any], plots: list[str]) -> list[str]:
+def workload_tables(w: dict[str, Any], plots: list[str], peak_gflops: float | None = None) -> list[str]:
     lines = [f"### {w['name']}", "", f"{w['description']}. {len(w['stream'])} shapes, {w['repeats']} interleaved rounds per shape; "
              f"measured in {w['seconds']:.0f} s.", ""]
     lines += [
@@ -74,10 +75,41 @@ def workload_tables(w: dict[str, Any], plots: list[str]) -> list[str]:
                 f"{k.get('fallback', 0)} fallbacks, workspace {prof['workspace_bytes'] / 2**20:.1f} MB ({prof.get('executor', '')} executor)"
             )
     lines.append("")
+    lines += _compute_roof(w, peak_gflops)
     lines += _per_shape_table(w)
     for p in plots:
         lines += [f"![{Path(p).stem}]({p})", ""]
     return lines
+
+
+def _compute_roof(w: dict[str, Any], peak_gflops: float | None) -> list[str]:
+    """How close each system's stream comes to the machine's FMA peak, and the speedup that peak allows.
+
+    A shape's matmuls and convolutions cannot take less than flop / peak seconds, so eager's median
+    over that is the most any system could gain at that shape, with every other op free.
+    """
+    ok = [s for s in _ok(w["systems"]) if s["median_ms"]]
+    eager = next((s for s in ok if s["system"] == "eager"), None)
+    gflop = w.get("gflop") or []
+    if not peak_gflops or eager is None or len(gflop) != len(eager["median_ms"]) or not all(g > 0 for g in gflop):
+        return []
+    floor_ms = [g / peak_gflops * 1e3 for g in gflop]
+    ceiling = math.exp(statistics.fmean(math.log(e / f) for e, f in zip(eager["median_ms"], floor_ms)))
+    lines = [
+        f"Compute roof: the stream's matmuls and convolutions are {sum(gflop):.3g} GFLOP (torch.utils.flop_counter on eager); "
+        f"at this machine's FMA peak ({peak_gflops:.0f} GFLOP/s) they alone take {sum(floor_ms):.3g} ms per pass, so no system "
+        f"can be more than **{ceiling:.2f}x** faster than eager here (geomean over shapes, every other op free).",
+        "",
+        "| system | GFLOP/s over the stream | of FMA peak | speedup vs eager | of the roof's speedup |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for s in ok:
+        rate = sum(gflop) / (sum(s["median_ms"]) / 1e3)
+        speed = s["geomean_speedup"]
+        lines.append(
+            f"| {s['system']} | {rate:.0f} | {rate / peak_gflops * 100:.0f}% | {_f(speed)}x | {_f(speed / ceiling * 100 if speed else None, 0)}% |"
+        )
+    return lines + [""]
 
 
 def _per_shape_table(w: dict[str, Any]) -> list[str]:
@@ -106,33 +138,43 @@ def machine_tables(m: dict[str, Any] | None) -> list[str]:
     if any(c.get("contended") for c in contention.values()):
         lines += ["**Warning: another process competed for the cores during this run** (the contention probe saw a "
                   "multi-threaded LayerNorm slower than a one-thread one); rerun for quotable figures.", ""]
-    bw = m["bandwidth"]
-    lines += ["| STREAM kernel (torch, all threads) | best GB/s | median GB/s | spread | one thread, best GB/s |", "|---|---:|---:|---:|---:|"]
-    for name, k in bw["kernels"].items():
-        one = bw.get("one_thread", {}).get(name, {})
-        lines.append(f"| {name} | {_f(k['best_gbs'], 1)} | {_f(k['median_gbs'], 1)} | {_f(k['spread'] * 100, 0)}% | {_f(one.get('best_gbs'), 1)} |")
-    lines += ["", f"Bandwidth used as the machine's limit below: **{_f(bw['headline_gbs'], 1)} GB/s** (best {bw['headline_kernel']}, "
-              f"arrays of {bw['array_mib']} MiB).", ""]
-    gemm = m["gemm"]
-    lines += ["| GEMM (float32, torch.matmul) | median GFLOP/s | best GFLOP/s | spread |", "|---|---:|---:|---:|"]
-    for row in gemm["shapes"]:
-        lines.append(f"| {row['name']} | {_f(row['median_gflops'], 0)} | {_f(row['best_gflops'], 0)} | {_f(row['spread'] * 100, 0)}% |")
-    lines += ["", f"Peak: **{_f(gemm['peak_gflops'], 0)} GFLOP/s** ({gemm['peak_shape']}).", ""]
-    mb = m["memory_bound"]
-    lines += [
-        "| memory-bound op | size | eager GB/s | disc GB/s | eager / limit | disc / limit | disc speedup | disc max rel. error |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, k in mb["kernels"].items():
-        for r in k["sizes"]:
-            size = " x ".join("x".join(str(d) for d in shape) for shape in r["input_shapes"][:1])
-            e, d = r["eager"], r["disc"]
-            lines.append(
-                f"| {name} | {size} | {_f(e['gbs'], 1)} | {_f(d['gbs'], 1)} | {_f(e['fraction_of_peak'] * 100, 0)}% | "
-                f"{_f(d['fraction_of_peak'] * 100, 0)}% | {_f(r['disc_speedup'], 2)}x | {_err(r['max_rel_error'])} |"
-            )
-    lines += ["", "GB/s = ideal bytes (each input and parameter read once, the output written once) / median time; "
-              "sizes that fit in cache can exceed the DRAM limit.", ""]
+    bw = m.get("bandwidth")
+    if bw:
+        lines += ["| STREAM kernel (torch, all threads) | best GB/s | median GB/s | spread | one thread, best GB/s |", "|---|---:|---:|---:|---:|"]
+        for name, k in bw["kernels"].items():
+            one = bw.get("one_thread", {}).get(name, {})
+            lines.append(f"| {name} | {_f(k['best_gbs'], 1)} | {_f(k['median_gbs'], 1)} | {_f(k['spread'] * 100, 0)}% | {_f(one.get('best_gbs'), 1)} |")
+        lines += ["", f"Bandwidth used as the machine's limit below: **{_f(bw['headline_gbs'], 1)} GB/s** (best {bw['headline_kernel']}, "
+                  f"arrays of {bw['array_mib']} MiB).", ""]
+    compute = m.get("compute")
+    if compute:
+        one = compute["one_thread"]
+        how = (f"{compute['threads']} x the one-thread figure: the all-thread runs reached only {_f(compute['all_threads']['best_gflops'], 0)}, "
+               "another process held a core" if compute.get("contended") else f"best of {compute['runs']} runs, median {_f(compute['all_threads']['median_gflops'], 0)}")
+        lines += [f"Compute limit: **{_f(compute['peak_gflops'], 0)} GFLOP/s** float32 FMA peak on {compute['threads']} threads "
+                  f"({compute['vector_floats']}-float vectors; {how}; one thread {_f(one['best_gflops'], 0)}).", ""]
+    gemm = m.get("gemm")
+    if gemm:
+        lines += ["| GEMM (float32, torch.matmul) | median GFLOP/s | best GFLOP/s | spread |", "|---|---:|---:|---:|"]
+        for row in gemm["shapes"]:
+            lines.append(f"| {row['name']} | {_f(row['median_gflops'], 0)} | {_f(row['best_gflops'], 0)} | {_f(row['spread'] * 100, 0)}% |")
+        lines += ["", f"Peak: **{_f(gemm['peak_gflops'], 0)} GFLOP/s** ({gemm['peak_shape']}).", ""]
+    mb = m.get("memory_bound")
+    if mb:
+        lines += [
+            "| memory-bound op | size | eager GB/s | disc GB/s | eager / limit | disc / limit | disc speedup | disc max rel. error |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, k in mb["kernels"].items():
+            for r in k["sizes"]:
+                size = " x ".join("x".join(str(d) for d in shape) for shape in r["input_shapes"][:1])
+                e, d = r["eager"], r["disc"]
+                lines.append(
+                    f"| {name} | {size} | {_f(e['gbs'], 1)} | {_f(d['gbs'], 1)} | {_f(e['fraction_of_peak'] * 100, 0)}% | "
+                    f"{_f(d['fraction_of_peak'] * 100, 0)}% | {_f(r['disc_speedup'], 2)}x | {_err(r['max_rel_error'])} |"
+                )
+        lines += ["", "GB/s = ideal bytes (each input and parameter read once, the output written once) / median time; "
+                  "sizes that fit in cache can exceed the DRAM limit.", ""]
     return lines
 
 
@@ -151,9 +193,11 @@ def markdown(results: dict[str, Any], plots: dict[str, list[str]]) -> str:
         lines += ["Systems not run: " + "; ".join(f"{k} ({v})" for k, v in meta["skipped"].items()) + ".", ""]
     if meta.get("plot_note"):
         lines += [meta["plot_note"], ""]
-    lines += machine_tables(results.get("machine"))
+    machine = results.get("machine") or {}
+    peak = (machine.get("compute") or {}).get("peak_gflops") if meta.get("device", "cpu") == "cpu" else None
+    lines += machine_tables(machine)
     for w in results["workloads"]:
-        lines += workload_tables(w, plots.get(w["name"], []))
+        lines += workload_tables(w, plots.get(w["name"], []), peak)
     return "\n".join(lines) + "\n"
 
 

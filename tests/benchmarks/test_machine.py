@@ -31,7 +31,7 @@ def suite() -> tuple[dict[str, Any], list[str]]:
 
 def test_suite_is_json_with_the_agreed_keys(suite):
     result, labels = suite
-    assert {"bandwidth", "gemm", "memory_bound", "threads", "cpu"} <= set(result)
+    assert {"bandwidth", "compute", "gemm", "memory_bound", "threads", "cpu"} <= set(result)
     assert result["threads"] >= 1 and isinstance(result["cpu"], str) and result["cpu"]
     json.dumps(result, allow_nan=False)  # plain data only: no tensors, no NaN or inf
     assert len(labels) == progress_steps(quick=True)
@@ -53,6 +53,30 @@ def test_bandwidth(suite):
     assert bw["kernels"]["triad"]["bytes"] == 3 * bw["kernels"]["copy"]["bytes"] // 2  # STREAM's counting
     assert bw["headline_kernel"] in ("triad", "copy")
     assert bw["headline_gbs"] == bw["kernels"][bw["headline_kernel"]]["best_gbs"]
+
+
+def test_compute_peak(suite):
+    compute = suite[0]["compute"]
+    assert compute["threads"] == suite[0]["threads"] and compute["vector_floats"] in (4, 8, 16)
+    for label in ("all_threads", "one_thread"):
+        figures = compute[label]
+        assert _sane(figures["best_gflops"], MAX_GFLOPS) and figures["median_gflops"] <= figures["best_gflops"] * (1 + 1e-9)
+    best_all, best_one = compute["all_threads"]["best_gflops"], compute["one_thread"]["best_gflops"]
+    assert isinstance(compute["contended"], bool)
+    assert compute["peak_gflops"] == (compute["threads"] * best_one if compute["contended"] else best_all)
+    # A library GEMM cannot beat the FMA peak; torch's best GEMM is measured in the same run, so
+    # allow for noise but catch a probe that counts wrong (a lost factor of 2 or of the lanes).
+    assert suite[0]["gemm"]["peak_gflops"] <= 1.5 * compute["peak_gflops"]
+
+
+def test_fma_probe_counts_the_work_it_does():
+    from benchmarks.machine import _fma_probe
+
+    probe = _fma_probe()
+    _, flops, lanes = probe(1, 1000)
+    assert flops == 2 * lanes * 12 * 1000  # 12 chains, one FMA (2 flops) per lane each round
+    _, flops2, _ = probe(2, 3000)
+    assert flops2 == 6 * flops
 
 
 def test_gemm(suite):
