@@ -36,6 +36,11 @@ def _f(x: float | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
+def _amount(x: float) -> str:
+    """A total in prose: three significant digits, whole numbers with separators from 100 up."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _err(x: float) -> str:
     return "inf (shape differs)" if math.isinf(x) else f"{x:.1e}"
 
@@ -96,8 +101,8 @@ def _compute_roof(w: dict[str, Any], peak_gflops: float | None) -> list[str]:
     floor_ms = [g / peak_gflops * 1e3 for g in gflop]
     ceiling = math.exp(statistics.fmean(math.log(e / f) for e, f in zip(eager["median_ms"], floor_ms)))
     lines = [
-        f"Compute roof: the stream's matmuls and convolutions are {sum(gflop):.3g} GFLOP (torch.utils.flop_counter on eager); "
-        f"at this machine's FMA peak ({peak_gflops:.0f} GFLOP/s) they alone take {sum(floor_ms):.3g} ms per pass, so no system "
+        f"Compute roof: the stream's matmuls and convolutions are {_amount(sum(gflop))} GFLOP (torch.utils.flop_counter on eager); "
+        f"at this machine's FMA peak ({peak_gflops:.0f} GFLOP/s) they alone take {_amount(sum(floor_ms))} ms per pass, so no system "
         f"can be more than **{ceiling:.2f}x** faster than eager here (geomean over shapes, every other op free).",
         "",
         "| system | GFLOP/s over the stream | of FMA peak | speedup vs eager | of the roof's speedup |",
