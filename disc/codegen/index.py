@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from disc.codegen.lowering import Unsupported
+from disc.ir.graph import Node
+from disc.ir.types import IndexType
+
 
 @dataclass
 class Idx:
@@ -20,6 +24,73 @@ class Idx:
     shape: tuple[str, ...]
     dims: tuple[str, ...] | None = None
     linear: str | None = None
+
+
+class IndexEmitter:
+    """The index reasoning of the ops that only move elements, the same for both generators.
+
+    A subclass writes text in its language: ``dim`` (a dim size), ``value`` (a node's value at an
+    index) and ``broadcast_index`` (the index into a dim that may be 1 only at run time); it keeps
+    ``c`` (the constraints), ``scopes`` (memoised expressions, innermost last) and the broadcast
+    speculation flags.
+    """
+
+    c: Any
+    scopes: list[dict]
+    assume_no_broadcast: bool  # the speculated version: every such dim is taken as not 1
+    maybe_broadcast: bool  # did any broadcast need a run-time decision (or the speculation)?
+
+    def dim(self, d: Any) -> str:
+        raise NotImplementedError
+
+    def value(self, n: Node, idx: Idx) -> str:
+        raise NotImplementedError
+
+    def broadcast_index(self, size: str, index: str) -> str:
+        raise NotImplementedError
+
+    def shape(self, n: Node) -> tuple[str, ...]:
+        return tuple(self.dim(d) for d in n.shape)
+
+    def memo_get(self, key: Any) -> Any:
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def _operand_idx(self, x: Node, dims: list[str]) -> Idx:
+        return Idx(self.shape(x), tuple(dims))
+
+    def _index_scalar(self, n: Node) -> str:
+        if not isinstance(n.type, IndexType):
+            raise Unsupported(f"%{n.name} must be a shape scalar")
+        return self.dim(n.type.value)
+
+    def _op_broadcast_in_dim(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        out = self.dims_of(idx)
+        dims = []
+        for m, d in enumerate(n.attrs["dims"]):
+            src, dst = x.shape[m], n.shape[d]
+            if self.c.prove_is_one(src):
+                dims.append("0")
+            elif self.c.prove_equal(src, dst):
+                dims.append(out[d])
+            else:
+                self.maybe_broadcast = True
+                dims.append(out[d] if self.assume_no_broadcast else self.broadcast_index(self.dim(src), out[d]))
+        return self.value(x, self._operand_idx(x, dims))
+
+    def _op_transpose(self, n: Node, idx: Idx) -> str:
+        x = n.inputs[0]
+        out = self.dims_of(idx)
+        dims = [""] * len(out)
+        for k, p in enumerate(n.attrs["perm"]):
+            dims[p] = out[k]
+        return self.value(x, self._operand_idx(x, dims))
+
+    def dims_of(self, idx: Idx) -> tuple[str, ...]:
+        raise NotImplementedError
 
 
 def reshaped(em: Any, idx: Idx, shape: tuple, new_shape: tuple) -> Idx:

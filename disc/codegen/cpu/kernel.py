@@ -43,14 +43,13 @@ from dataclasses import dataclass, field
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
 from disc.codegen.groups import column_space, output_source, reads, reduced_index, reduction_domain, reduction_levels, runtime_broadcasts
-from disc.codegen.index import Idx, reshaped
+from disc.codegen.index import Idx, IndexEmitter, reshaped
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
 from disc.ir.ops.reduction import spreads_back_onto_its_rows
 from disc.ir.registry import ELEMENTWISE, get_spec
-from disc.ir.types import IndexType
 
 PARALLEL_MIN_ELEMENTS = 32768  # below this a parallel region costs more than it saves
 ROW_CACHE_MAX = 8192  # elements per cached row: a few of them fit L1/L2 and the stack of a worker thread
@@ -83,7 +82,7 @@ class _Writer:
         self.lines.append("  " * self.depth + line)
 
 
-class _Emitter:
+class _Emitter(IndexEmitter):
     """Emits the statements computing values of one group at indices."""
 
     def __init__(self, step: KernelStep, names: SymbolNames, assume_no_broadcast: bool) -> None:
@@ -129,8 +128,8 @@ class _Emitter:
         """Declarations of the hoisted dims, to open the function with."""
         return [f"  const int64_t {name} = {text};" for text, name in self.hoisted.items()]
 
-    def shape(self, n: Node) -> tuple[str, ...]:
-        return tuple(self.dim(d) for d in n.shape)
+    def broadcast_index(self, size: str, index: str) -> str:
+        return f"({size} == 1 ? 0 : {index})"
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -140,12 +139,6 @@ class _Emitter:
         name = self.fresh(prefix)
         self.w(f"const {ctype} {name} = {expr};")
         return name
-
-    def memo_get(self, key):
-        for scope in reversed(self.scopes):
-            if key in scope:
-                return scope[key]
-        return None
 
     def dims_of(self, idx: Idx) -> tuple[str, ...]:
         if idx.dims is None:
@@ -264,41 +257,12 @@ class _Emitter:
             found += sub
         return found
 
-    def _operand_idx(self, x: Node, dims: list[str]) -> Idx:
-        return Idx(self.shape(x), tuple(dims))
-
-    def _op_broadcast_in_dim(self, n: Node, idx: Idx) -> str:
-        x = n.inputs[0]
-        out = self.dims_of(idx)
-        dims = []
-        for m, d in enumerate(n.attrs["dims"]):
-            src, dst = x.shape[m], n.shape[d]
-            if self.c.prove_is_one(src):
-                dims.append("0")
-            elif self.c.prove_equal(src, dst):
-                dims.append(out[d])
-            elif self.assume_no_broadcast:
-                self.maybe_broadcast = True
-                dims.append(out[d])
-            else:
-                self.maybe_broadcast = True
-                dims.append(f"({self.dim(src)} == 1 ? 0 : {out[d]})")
-        return self.value(x, self._operand_idx(x, dims))
-
     def _op_reshape(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
         if idx.dims is None or (idx.linear is not None and x not in self.members):
             # A buffer read at the same linear position needs no dims of its own.
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
         return self.value(x, reshaped(self, idx, n.shape, x.shape))
-
-    def _op_transpose(self, n: Node, idx: Idx) -> str:
-        x = n.inputs[0]
-        out = self.dims_of(idx)
-        dims = [""] * len(out)
-        for k, p in enumerate(n.attrs["perm"]):
-            dims[p] = out[k]
-        return self.value(x, self._operand_idx(x, dims))
 
     def _op_iota(self, n: Node, idx: Idx) -> str:
         return f"static_cast<{C_TYPES[n.dtype]}>({self.dims_of(idx)[0]})"
@@ -309,11 +273,6 @@ class _Emitter:
     def _op_random_uniform(self, n: Node, idx: Idx) -> str:
         seed = self.value(n.inputs[0], Idx(("1",), ("0",)))
         return f"disc_uniform({seed}, {site_offset(n.attrs['site'])}ull, {self.linear_of(idx)})"
-
-    def _index_scalar(self, n: Node) -> str:
-        if not isinstance(n.type, IndexType):
-            raise Unsupported(f"%{n.name} must be a shape scalar")
-        return self.dim(n.type.value)
 
     def _op_slice(self, n: Node, idx: Idx) -> str:
         x, start, _ = n.inputs

@@ -38,14 +38,13 @@ from disc.codegen.groups import (
     reduction_levels,
     runtime_broadcasts,
 )
-from disc.codegen.index import Idx, reshaped
+from disc.codegen.index import Idx, IndexEmitter, reshaped
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
 from disc.ir.registry import ELEMENTWISE, get_spec
-from disc.ir.types import IndexType
 from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, SymExpr, as_expr
 
@@ -118,7 +117,7 @@ def _is_literal(expr: str) -> bool:
     return expr.lstrip("-").replace(".", "", 1).replace("e-", "").replace("e+", "").isdigit() or expr.startswith("float(")
 
 
-class _Emitter:
+class _Emitter(IndexEmitter):
     """Emits the statements computing values of one group at blocks of indices."""
 
     def __init__(self, step: KernelStep, dims: DimArgs, assume_no_broadcast: bool) -> None:
@@ -147,8 +146,8 @@ class _Emitter:
     def dim(self, d: DimLike) -> str:
         return self.d(d)
 
-    def shape(self, n: Node) -> tuple[str, ...]:
-        return tuple(self.dim(d) for d in n.shape)
+    def broadcast_index(self, size: str, index: str) -> str:
+        return self.let(f"tl.where({size} == 1, 0, {index})", "b")
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -160,12 +159,6 @@ class _Emitter:
         name = self.fresh(prefix)
         self.w(f"{name} = {expr}")
         return name
-
-    def memo_get(self, key):
-        for scope in reversed(self.scopes):
-            if key in scope:
-                return scope[key]
-        return None
 
     def push(self, mask: str | None = None) -> None:
         self.scopes.append({})
@@ -256,38 +249,11 @@ class _Emitter:
             raise Unsupported(f"no Triton kernel form for op {op} (%{n.name})", [n])
         return handler(n, idx)
 
-    def _operand_idx(self, x: Node, dims: list[str]) -> Idx:
-        return Idx(self.shape(x), tuple(dims))
-
-    def _op_broadcast_in_dim(self, n: Node, idx: Idx) -> str:
-        x = n.inputs[0]
-        out = self.dims_of(idx)
-        dims = []
-        for m, d in enumerate(n.attrs["dims"]):
-            src, dst = x.shape[m], n.shape[d]
-            if self.c.prove_is_one(src):
-                dims.append("0")
-            elif self.c.prove_equal(src, dst) or self.assume_no_broadcast:
-                self.maybe_broadcast |= not self.c.prove_equal(src, dst)
-                dims.append(out[d])
-            else:
-                self.maybe_broadcast = True
-                dims.append(self.let(f"tl.where({self.dim(src)} == 1, 0, {out[d]})", "b"))
-        return self.value(x, self._operand_idx(x, dims))
-
     def _op_reshape(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
         if idx.dims is None:
             return self.value(x, Idx(self.shape(x), None, self.linear_of(idx)))
         return self.value(x, reshaped(self, idx, n.shape, x.shape))
-
-    def _op_transpose(self, n: Node, idx: Idx) -> str:
-        x = n.inputs[0]
-        out = self.dims_of(idx)
-        dims = [""] * len(out)
-        for k, p in enumerate(n.attrs["perm"]):
-            dims[p] = out[k]
-        return self.value(x, self._operand_idx(x, dims))
 
     def _op_iota(self, n: Node, idx: Idx) -> str:
         return f"({self.dims_of(idx)[0]}).to({TL_TYPES[n.dtype]})"
@@ -301,11 +267,6 @@ class _Emitter:
         site = site_offset(n.attrs["site"])
         site_arg = f"tl.full([], {site}, tl.uint64)" if site < (1 << 63) else f"tl.full([], {site - (1 << 64)}, tl.int64).to(tl.uint64, bitcast=True)"
         return f"disc_uniform({seed}, {site_arg}, {self.linear_of(idx)})"
-
-    def _index_scalar(self, n: Node) -> str:
-        if not isinstance(n.type, IndexType):
-            raise Unsupported(f"%{n.name} must be a shape scalar")
-        return self.dim(n.type.value)
 
     def _op_slice(self, n: Node, idx: Idx) -> str:
         x, start, _ = n.inputs
