@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
 import disc
+from benchmarks.timing import interleaved_medians
 from disc.runtime.native import NativeExecutor
 
 HIDDEN = 1024  # row length of the LayerNorm and GELU cases
@@ -74,19 +72,6 @@ def _cases(nbytes: int) -> list[tuple[str, nn.Module, tuple, dict, int]]:
     ]
 
 
-def _interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds per function, one call of each per round."""
-    for f in fns.values():
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            start = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def _llc_bytes() -> int:
     try:
         text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
@@ -109,7 +94,7 @@ def run(sizes_mb: list[int], repeats: int) -> dict:
                     ex, inputs = compiled.executor, list(args)
                     outs = [torch.empty_like(o) for o in ex.run(inputs)]
                     fns["disc_out"] = lambda: ex.run(inputs, out=outs)
-                t = _interleaved(fns, repeats)
+                t = interleaved_medians(fns, repeats)
                 copy_gbs = 2 * nbytes / t["copy"] / 1e9
                 row = {
                     "size_mb": mb,

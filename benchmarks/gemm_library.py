@@ -22,15 +22,14 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.timing import interleaved_medians
 from disc.codegen.cpu import toolchain
 from disc.runtime.ral import Ral, conv2d_args, gemm_args, load_ral, open_ral
 
@@ -76,29 +75,6 @@ def _sgemm_only_ral(ral: Ral) -> Ral:
         else:
             os.environ["DISC_RAL_GEMM"] = before
     return forced
-
-
-def _interleaved(fns: dict[str, Callable[[], object]], repeats: int, budget_s: float) -> dict[str, float]:
-    """Median seconds per call of each fn, timing one call of each per round (order rotated).
-
-    Each timed call follows an untimed one of the same fn: torch and the RAL run on different
-    OpenMP runtimes, and the first call after the other's wakes its sleeping threads (up to 40%
-    of a 16-row GEMM), which a compiled program's consecutive calls do not pay.
-    """
-    for fn in fns.values():  # warm-up: primitive creation, weight packing, page faults
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    start = time.perf_counter()
-    for r in range(repeats):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fns[name]()
-            t0 = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - t0)
-        if r >= 2 and time.perf_counter() - start > budget_s:  # slow systems on big shapes
-            break
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def _gemm_fns(
@@ -150,7 +126,7 @@ def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
         cases.append((f"attn PV S={S}", p, v, ctx, 2.0 * B * h * S * S * D, False))
     for label, a, b, out, flops, weight in cases:
         let_go = _held(rals, b)
-        secs = _interleaved(_gemm_fns(rals, a, b, out, weight), repeats, budget_s=3.0)
+        secs = interleaved_medians(_gemm_fns(rals, a, b, out, weight), repeats, 3.0, rotate=True, primed=True)
         let_go()
         rows.append({"case": label, "flops": flops, **{f"{name}_gflops": flops / s / 1e9 for name, s in secs.items()}})
         _print_row(rows[-1])
@@ -168,7 +144,7 @@ def bench_conv(rals: dict[str, Ral], repeats: int) -> list[dict]:
             args, out = conv2d_args(x, w, stride, pad, weight_is_constant=True)
             fns[name] = lambda ral=ral, args=args, out=out: ral.call_conv2d(args)  # out: the args point into it
         fns["torch"] = lambda x=x, w=w, s=stride, p=pad: F.conv2d(x, w, None, s, p)
-        secs = _interleaved(fns, repeats, budget_s=3.0)
+        secs = interleaved_medians(fns, repeats, 3.0, rotate=True, primed=True)
         rows.append(
             {"case": f"resnet18 {label} 1x{ci}x{hw}x{hw}", "flops": flops, **{f"{n}_gflops": flops / s / 1e9 for n, s in secs.items()}}
         )

@@ -39,12 +39,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import disc
+from benchmarks.timing import interleaved
 
 Progress = Callable[[str], None]
 Shape = Mapping[str, int]
 
-MIN_REPS = 3  # the fewest repetitions a time budget may cut a measurement to (quartiles need a few)
-WARMUP_S = 0.05  # an idle OpenMP pool takes milliseconds to wake on this VM: warm up by time, not by a single call
 F32 = 4  # bytes per float32 element
 HIDDEN, FFN, HEADS, HEAD_DIM = 768, 3072, 12, 64  # BERT-base; static dims, as in a real model
 
@@ -55,34 +54,6 @@ STREAM_SCALAR = math.sqrt(2.0) - 1.0
 
 # ---------------------------------------------------------------------------------------------------------
 # timing
-
-
-def _warm_up(fns: Sequence[Callable[[], object]], seconds: float = WARMUP_S) -> None:
-    deadline = time.perf_counter() + seconds
-    while True:
-        for fn in fns:
-            fn()
-        if time.perf_counter() >= deadline:
-            return
-
-
-def _interleaved(fns: Sequence[Callable[[], object]], reps: int, budget_s: float, alternate: bool = False) -> list[list[float]]:
-    """Seconds per call for each fn, one call of each per round, ``reps`` rounds or fewer once ``budget_s`` is spent.
-
-    ``alternate`` reverses the order every other round, so no fn always runs on caches the other one warmed.
-    """
-    _warm_up(fns)
-    times: list[list[float]] = [[] for _ in fns]
-    start = time.perf_counter()
-    for r in range(reps):
-        order = range(len(fns)) if not alternate or r % 2 == 0 else reversed(range(len(fns)))
-        for i in order:
-            t0 = time.perf_counter()
-            fns[i]()
-            times[i].append(time.perf_counter() - t0)
-        if r + 1 >= MIN_REPS and time.perf_counter() - start > budget_s:
-            break
-    return times
 
 
 def _stats(seconds: Sequence[float]) -> dict[str, float]:
@@ -131,7 +102,7 @@ def memory_bandwidth(quick: bool) -> dict[str, Any]:
 
 def _stream(kernels: Mapping[str, tuple[Callable[[], object], int]], n: int, reps: int, budget_s: float) -> dict[str, Any]:
     # STREAM's order every round (copy, scale, add, triad): each kernel reads what the previous one wrote.
-    times = _interleaved([fn for fn, _ in kernels.values()], reps, budget_s)
+    times = interleaved([fn for fn, _ in kernels.values()], reps, budget_s)
     out = {}
     for (name, (_, arrays)), seconds in zip(kernels.items(), times):
         s = _stats(seconds)
@@ -193,7 +164,7 @@ def gemm_throughput(quick: bool) -> dict[str, Any]:
         b = torch.randn(*lead, shape.k, shape.n, generator=g)
         out = torch.empty(*lead, shape.m, shape.n)
         # out= keeps the allocator out of the figure: this is the kernel's rate.
-        (seconds,) = _interleaved([lambda: torch.matmul(a, b, out=out)], reps, budget_s)
+        (seconds,) = interleaved([lambda: torch.matmul(a, b, out=out)], reps, budget_s)
         s = _stats(seconds)
         rows.append(
             {
@@ -434,7 +405,7 @@ def _run_micro(micro: _Micro, quick: bool, peak_gbs: float, reps: int, budget_s:
             expected, got = model(*args), compiled(*args)
             exact = model64(*(a.double() for a in args))
             ideal = _ideal_bytes(model, args, expected)
-            eager_s, disc_s = _interleaved([lambda: model(*args), lambda: compiled(*args)], reps, budget_s, alternate=True)
+            eager_s, disc_s = interleaved([lambda: model(*args), lambda: compiled(*args)], reps, budget_s, rotate=True)
             eager, ours = _achieved(eager_s, ideal, peak_gbs), _achieved(disc_s, ideal, peak_gbs)
             sizes.append(
                 {
@@ -511,10 +482,10 @@ def contention_probe() -> dict[str, Any]:
     with torch.no_grad():
         torch.set_num_threads(1)
         try:
-            (one,) = _interleaved([lambda: norm(x)], 20, 0.2)
+            (one,) = interleaved([lambda: norm(x)], 20, 0.2)
         finally:
             torch.set_num_threads(threads)
-        (all_,) = _interleaved([lambda: norm(x)], 20, 0.2)
+        (all_,) = interleaved([lambda: norm(x)], 20, 0.2)
     slowdown = statistics.median(all_) / statistics.median(one)
     return {
         "one_thread_s": statistics.median(one),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.gemm_library import _interleaved
+from benchmarks.timing import interleaved_medians
 from disc.runtime.ral import Ral, gemm_args, load_ral
 
 LAYERS = 12
@@ -38,7 +38,7 @@ def measure(hidden: int, m: int, rounds: int) -> dict[str, float]:
     stacked_kn = [gemm_args(a, w, merged_out)[0] for w in merged_kn]
     _check_same_products(ral, separate[-1], [stacked[-1], stacked_kn[-1]], outs, merged_out)
     calls = dict(zip(VARIANTS, ([x for layer in separate for x in layer], stacked, stacked_kn)))
-    seconds = _interleaved({v: lambda args=args: [ral.call_gemm(x) for x in args] for v, args in calls.items()}, rounds, budget_s=5.0)
+    seconds = interleaved_medians({v: lambda args=args: [ral.call_gemm(x) for x in args] for v, args in calls.items()}, rounds, 5.0, rotate=True, primed=True)
     flops = 2.0 * m * hidden * 3 * hidden * LAYERS
     return {v: flops / s / 1e9 for v, s in seconds.items()}
 
