@@ -223,7 +223,7 @@ def compute_peak(quick: bool) -> dict[str, Any]:
             seconds, flops, lanes = probe(n, rounds)
             rates.append(flops / seconds / 1e9)
         result[label] = {"best_gflops": max(rates), "median_gflops": statistics.median(rates)}
-        result["vector_floats"] = lanes
+    result["vector_floats"] = lanes
     # Another tenant holding a core for a few seconds halves the all-thread figure and leaves the
     # one-thread one whole (seen on this shared VM: 117 and 117 GFLOP/s, then 231 and 117 a minute
     # later). Then the cores' sum is the better ceiling: with every core free they reach ~99% of it.

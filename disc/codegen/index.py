@@ -30,9 +30,9 @@ class IndexEmitter:
     """The index reasoning of the ops that only move elements, the same for both generators.
 
     A subclass writes text in its language: ``dim`` (a dim size), ``value`` (a node's value at an
-    index) and ``broadcast_index`` (the index into a dim that may be 1 only at run time); it keeps
-    ``c`` (the constraints), ``scopes`` (memoised expressions, innermost last) and the broadcast
-    speculation flags.
+    index), ``dims_of`` (an index's per-dim indices) and ``broadcast_index`` (the index into a dim
+    that may be 1 only at run time); it keeps ``c`` (the constraints), ``scopes`` (memoised
+    expressions, innermost last) and the broadcast speculation flags.
     """
 
     c: Any
@@ -47,6 +47,9 @@ class IndexEmitter:
         raise NotImplementedError
 
     def broadcast_index(self, size: str, index: str) -> str:
+        raise NotImplementedError
+
+    def dims_of(self, idx: Idx) -> tuple[str, ...]:
         raise NotImplementedError
 
     def shape(self, n: Node) -> tuple[str, ...]:
@@ -89,8 +92,6 @@ class IndexEmitter:
             dims[p] = out[k]
         return self.value(x, self._operand_idx(x, dims))
 
-    def dims_of(self, idx: Idx) -> tuple[str, ...]:
-        raise NotImplementedError
 
 
 def reshaped(em: Any, idx: Idx, shape: tuple, new_shape: tuple) -> Idx:

@@ -1078,11 +1078,12 @@ std::optional<int32_t> run_brgemm(disc_ral_ctx* ctx, const Gemm2D& g, const Layo
 // as stored. A copy goes when the last program holding its weight does (WeightCache::let_go).
 constexpr double kPackedGemmMB = 128;
 
+int64_t budget_bytes(double mb) { return static_cast<int64_t>(std::max(mb, 0.0) * 1048576.0); }  // a negative budget is 0
+
 std::atomic<int64_t>& packed_gemm_budget() {
   static std::atomic<int64_t> bytes{[] {
     const char* v = std::getenv("DISC_RAL_PACKED_GEMM_MB");
-    const double mb = (v != nullptr && *v != '\0') ? std::atof(v) : kPackedGemmMB;
-    return static_cast<int64_t>(std::max(mb, 0.0) * 1048576.0);
+    return budget_bytes((v != nullptr && *v != '\0') ? std::atof(v) : kPackedGemmMB);
   }()};
   return bytes;
 }
@@ -1388,7 +1389,7 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
 // returns the previous one. Copies already made stay; only new ones are checked against it.
 extern "C" __attribute__((visibility("default"))) double disc_ral_cpu_set_packed_gemm_mb(double mb) {
 #ifdef DISC_HAVE_DNNL
-  return static_cast<double>(packed_gemm_budget().exchange(static_cast<int64_t>(std::max(mb, 0.0) * 1048576.0))) / 1048576.0;
+  return static_cast<double>(packed_gemm_budget().exchange(budget_bytes(mb))) / 1048576.0;
 #else
   (void)mb;
   return 0.0;
