@@ -1,7 +1,7 @@
 """GEMM and conv2d throughput of the CPU RAL (oneDNN and builtin) next to torch.
 
 Run as ``python -m benchmarks.gemm_library [--out PATH] [--repeats N] [--quick]``. Shapes:
-BERT projections (M = batch*seq in {16, 64, 512, 3072} by six (K, N), with B stored [K, N] and,
+BERT projections (M = batch*seq in {1, 4, 16, 64, 512, 3072} by six (K, N), with B stored [K, N] and,
 "W^T", as torch's Linear stores its weight), their weight gradients ("dW": dY^T @ X over
 R = 64, 512 or 3072 rows), attention batched GEMMs
 (8 x 12 heads, S in {128, 384}, D = 64, QK^T and PV on strided views of a fused QKV buffer,
@@ -10,8 +10,9 @@ are timed interleaved (one call of each per round) and the median round is repor
 transient load on the machine hits every system alike. Prints a table and writes JSON.
 ``ral-onednn`` picks its GEMM routine by shape; ``ral-onednn-sgemm`` is the same library with
 every GEMM forced to ``dnnl_sgemm``, and ``ral-onednn-packed`` the same library told that B is a
-constant (as programs say of a model's weights), so it reads a copy packed once; all timed in the
-same rounds.
+constant (as programs say of a model's weights), so it reads a copy packed once, run by oneDNN's
+matmul; ``ral-onednn-panels`` runs GEMMs of few rows (up to the RAL's panel-kernel limit) on that
+same copy with the RAL's own kernel, as programs do. All timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from benchmarks.timing import interleaved_medians
 from disc.codegen.cpu import toolchain
 from disc.runtime.ral import Ral, conv2d_args, gemm_args, load_ral, open_ral
 
-BERT_M = (16, 64, 512, 3072)
+BERT_M = (1, 4, 16, 64, 512, 3072)
+QUICK_M = (1, 16, 64)
 BERT_KN = ((256, 256), (256, 1024), (1024, 256), (768, 768), (768, 3072), (3072, 768))
 # (name, ci, co, kernel, stride, padding, input spatial size at 224 px)
 RESNET18_CONVS = (
@@ -85,8 +87,18 @@ def _gemm_fns(
         args, _ = gemm_args(a, b, out)  # built once: time the library, not the ctypes marshalling
         fns[name] = lambda ral=ral, args=args: ral.call_gemm(args)
     if weight and "ral-onednn" in rals:
+        ral = rals["ral-onednn"]
         args, _ = gemm_args(a, b, out, b_is_constant=True)
-        fns["ral-onednn-packed"] = lambda ral=rals["ral-onednn"], args=args: ral.call_gemm(args)
+        panel_rows = ral.cache_entries()["panel_gemm_rows"]
+
+        def packed(ral: Ral = ral, args=args, rows: int = panel_rows) -> None:
+            ral.set_small_m_rows(0)  # oneDNN's matmul on the packed copy, whatever m is
+            ral.call_gemm(args)
+            ral.set_small_m_rows(rows)
+
+        fns["ral-onednn-packed"] = packed
+        if a.shape[-2] <= panel_rows:
+            fns["ral-onednn-panels"] = lambda ral=ral, args=args: ral.call_gemm(args)
     fns["torch"] = lambda: torch.matmul(a, b, out=out)
     return fns
 
@@ -104,7 +116,7 @@ def _held(rals: dict[str, Ral], b: torch.Tensor) -> Callable[[], None]:
 def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
     rows = []
     cases = []
-    for m in BERT_M[:2] if quick else BERT_M:
+    for m in QUICK_M if quick else BERT_M:
         for k, n in BERT_KN:
             a = torch.randn(m, k)
             cases.append((f"bert M={m} K={k} N={n}", a, torch.randn(k, n), torch.empty(m, n), 2.0 * m * n * k, True))
@@ -112,7 +124,7 @@ def bench_gemm(rals: dict[str, Ral], repeats: int, quick: bool) -> list[dict]:
             cases.append((f"bert M={m} K={k} N={n} W^T", a, torch.randn(n, k).t(), torch.empty(m, n), 2.0 * m * n * k, True))
     # Training's weight gradients dW[N, K] = dY^T @ X over R = batch*seq rows: k runs along both
     # operands' rows.
-    for r in BERT_M[1:3] if quick else BERT_M[1:]:
+    for r in (64, 512) if quick else BERT_M[3:]:
         for k, n in BERT_KN:
             dy, x = torch.randn(r, n), torch.randn(r, k)
             cases.append((f"dW R={r} K={k} N={n}", dy.t(), x, torch.empty(n, k), 2.0 * r * n * k, False))
@@ -152,15 +164,15 @@ def bench_conv(rals: dict[str, Ral], repeats: int) -> list[dict]:
     return rows
 
 
-COLUMNS = ("ral-onednn", "ral-onednn-sgemm", "ral-onednn-packed", "ral-builtin", "torch")
+COLUMNS = ("ral-onednn", "ral-onednn-sgemm", "ral-onednn-packed", "ral-onednn-panels", "ral-builtin", "torch")
 
 
 def _print_header() -> None:
-    print(f"{'case':44s}" + "".join(f"{c + ' GF/s':>22s}" for c in COLUMNS))
+    print(f"{'case':44s}" + "".join(f"{c + ' GF/s':>24s}" for c in COLUMNS))
 
 
 def _print_row(row: dict) -> None:
-    cells = "".join(f"{row[c + '_gflops']:22.1f}" if c + "_gflops" in row else f"{'-':>22s}" for c in COLUMNS)
+    cells = "".join(f"{row[c + '_gflops']:24.1f}" if c + "_gflops" in row else f"{'-':>24s}" for c in COLUMNS)
     print(f"{row['case']:44s}{cells}", flush=True)
 
 

@@ -551,6 +551,28 @@ def test_a_constant_weight_is_packed_once_and_serves_every_m(k, n, how):
 
 
 @needs_dnnl
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 11, 16, 17])
+@pytest.mark.parametrize("k, n, how", [(256, 256, "t"), (100, 1000, "t"), (1000, 70, "n"), (33, 2049, "t")])
+def test_few_rows_on_a_packed_weight_run_the_panel_kernel(m, k, n, how):
+    # Up to panel_gemm_rows rows, the RAL's own kernel reads oneDNN's packed panels: every row
+    # remainder of its 6-row tiles, a partial last panel (n % 64), a depth that is not a multiple
+    # of 16, A and C with row strides wider than their rows. More rows go to oneDNN.
+    ral = load_ral("dnnl")
+    rows = ral.cache_entries()["panel_gemm_rows"]
+    if rows == 0:
+        pytest.skip("no panel kernel on this CPU (it needs AVX-512)")
+    w = _operand(k, n, how)
+    a = torch.randn(m, k + 9)[:, :k]
+    out = torch.full((m, n + 5), float("nan"))[:, :n]
+    args, _ = ral_mod.gemm_args(a, w, out=out, b_is_constant=True)
+    before = ral.cache_entries()["panel_gemm_calls"]
+    ral.call_gemm(args)
+    ran = ral.cache_entries()["panel_gemm_calls"] - before
+    assert rel_err(out, ref_mm(a, w)) <= 1e-5, (m, k, n, how)
+    assert ran == (1 if m <= rows else 0), (m, rows)
+
+
+@needs_dnnl
 @pytest.mark.parametrize("m, k, n", [(3, 5, 7), (1, 64, 64), (15, 64, 64), (1, 1, 1), (0, 8, 8)])
 def test_a_tiny_gemm_reads_its_constant_b_as_stored(m, k, n):
     # Under 2^16 multiply-adds the matmul primitive's per-call setup costs more than packing saves.

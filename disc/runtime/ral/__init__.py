@@ -368,8 +368,9 @@ class Ral:
 
     def cache_entries(self) -> dict[str, int]:
         """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans, plans
-        of GEMMs on packed weights), how many matmul plans were built so far (each miss builds one)
-        and the bytes of packed GEMM weights held (bounded by DISC_RAL_PACKED_GEMM_MB)."""
+        of GEMMs on packed weights), how many matmul plans were built so far (each miss builds one),
+        the bytes of packed GEMM weights held (bounded by DISC_RAL_PACKED_GEMM_MB), how many
+        GEMMs ran on the RAL's own panel kernel and up to how many rows it takes (0: never)."""
         fn = self.lib.disc_ral_cpu_cache_entries
         fn.restype, fn.argtypes = _i64, [_i32]
         return {
@@ -379,6 +380,8 @@ class Ral:
             "matmul_plans_built": fn(3),
             "packed_gemm_plans": fn(4),
             "packed_gemm_bytes": fn(5),
+            "panel_gemm_calls": fn(6),
+            "panel_gemm_rows": fn(7),
         }
 
     def set_packed_gemm_mb(self, mb: float) -> float:
@@ -387,6 +390,14 @@ class Ral:
         fn = self.lib.disc_ral_cpu_set_packed_gemm_mb
         fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_double]
         return fn(mb)
+
+    def set_small_m_rows(self, rows: int) -> int:
+        """Sets up to how many rows a GEMM on a packed constant weight takes the RAL's panel kernel
+        (0: none, oneDNN runs them all) and returns the previous limit; without AVX-512 the kernel
+        is never used whatever the limit."""
+        fn = self.lib.disc_ral_cpu_set_small_m_rows
+        fn.restype, fn.argtypes = _i64, [_i64]
+        return fn(rows)
 
     def conv_plan(self, args: Conv2dArgs) -> str | None:
         """How oneDNN runs the forward convolution ``args`` describes: "<kernel>; reorders: <operands

@@ -1096,6 +1096,125 @@ void sample_b(const Gemm2D& g, float* out) {
   }
 }
 
+// --- few rows on a packed B: a register-tiled kernel of our own. oneDNN's brgemm matmul spends a
+// few microseconds a call on its own setup and splits few rows poorly, so at 1-16 rows it ran at
+// 0.4-0.9x of this kernel on BERT's and GPT-2's projections (hot in cache), and at 0.5-0.9x when
+// the weights stream from memory (`python -m benchmarks.gemm_library --quick`, "panels" column).
+// It reads the same packed copy oneDNN's matmul does: with AVX-512, oneDNN lays a packed f32 B out
+// in panels of 64 columns, each ceil16(k) rows deep and contiguous (format BA16a64b, zero padded),
+// at every m. Any other layout (another ISA, another oneDNN) leaves small GEMMs to oneDNN.
+constexpr int64_t kPanelCols = 64;
+constexpr int64_t kSmallRowsDefault = 64;
+
+// GEMMs of at most this many rows take the panel kernel (DISC_RAL_SMALL_M_ROWS, or
+// disc_ral_cpu_set_small_m_rows; 0 turns it off). Without AVX-512 it is always 0: the kernel keeps
+// up to 6 x 4 vector accumulators, written for AVX-512's 32 registers.
+std::atomic<int64_t>& small_m_limit() {
+  static std::atomic<int64_t> rows{[] {
+    const char* v = std::getenv("DISC_RAL_SMALL_M_ROWS");
+    return (v != nullptr && *v != '\0') ? std::max<int64_t>(std::atoll(v), 0) : kSmallRowsDefault;
+  }()};
+  return rows;
+}
+
+int64_t small_m_rows() {
+#if defined(__AVX512F__)
+  return small_m_limit().load(std::memory_order_relaxed);
+#else
+  return 0;
+#endif
+}
+
+// The padded depth of each 64-column panel if `md` is that panel layout for a k x n B, else 0.
+int64_t panel_depth(const memory::desc& md, int64_t k, int64_t n) {
+  if (md.get_format_kind() != memory::format_kind::blocked) return 0;
+  const memory::dims blks = md.get_inner_blks(), idxs = md.get_inner_idxs(), strides = md.get_strides();
+  const memory::dims padded = md.get_padded_dims();
+  if (blks != memory::dims{16, kPanelCols} || idxs != memory::dims{0, 1}) return 0;
+  const int64_t depth = (k + 15) / 16 * 16;
+  if (padded != memory::dims{depth, (n + kPanelCols - 1) / kPanelCols * kPanelCols}) return 0;
+  return strides == memory::dims{16 * kPanelCols, depth * kPanelCols} ? depth : 0;
+}
+
+#if defined(__AVX512F__)
+// C[MR rows, `cols` <= 64] = A[MR rows, k] @ one panel of B.
+template <int MR>
+void panel_tile(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t cols) {
+  vfloat acc[MR][4];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = vfloat{};
+  for (int64_t p = 0; p < k; ++p) {
+    const vfloat* row = reinterpret_cast<const vfloat*>(panel + p * kPanelCols);
+    vfloat b0 = row[0], b1 = row[1], b2 = row[2], b3 = row[3];
+    // Without this GCC folds the loads into each FMA at MR <= 4, loading B MR times per step,
+    // which halved the throughput (60 of 114 GFLOP/s a core).
+    asm("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const float x = a[r * lda + p];
+      acc[r][0] += x * b0;
+      acc[r][1] += x * b1;
+      acc[r][2] += x * b2;
+      acc[r][3] += x * b3;
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    if (cols == kPanelCols) {
+      std::memcpy(c + r * ldc, acc[r], sizeof acc[r]);
+    } else {
+      alignas(64) float tile[kPanelCols];
+      std::memcpy(tile, acc[r], sizeof tile);
+      std::memcpy(c + r * ldc, tile, cols * sizeof(float));
+    }
+  }
+}
+
+// Calls of the panel kernel in this process (tests check which routine ran).
+std::atomic<int64_t>& panel_gemm_calls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+
+// C = A @ B for A with unit column stride (row stride lda) and B in 64-column panels of `depth`
+// rows; the panels are shared out among the threads.
+void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth) {
+  panel_gemm_calls().fetch_add(1, std::memory_order_relaxed);
+  const int64_t count = (g.n + kPanelCols - 1) / kPanelCols;
+#pragma omp parallel for schedule(static) if (count > 1)
+  for (int64_t j = 0; j < count; ++j) {
+    const float* panel = panels + j * depth * kPanelCols;
+    const int64_t cols = std::min(kPanelCols, g.n - j * kPanelCols);
+    float* c = g.c + j * kPanelCols;
+    int64_t i = 0;
+    for (; i + 6 <= g.m; i += 6) panel_tile<6>(g.k, g.a + i * lda, lda, panel, c + i * g.crs, g.crs, cols);
+    const float* a = g.a + i * lda;
+    c += i * g.crs;
+    switch (g.m - i) {
+      case 1: panel_tile<1>(g.k, a, lda, panel, c, g.crs, cols); break;
+      case 2: panel_tile<2>(g.k, a, lda, panel, c, g.crs, cols); break;
+      case 3: panel_tile<3>(g.k, a, lda, panel, c, g.crs, cols); break;
+      case 4: panel_tile<4>(g.k, a, lda, panel, c, g.crs, cols); break;
+      case 5: panel_tile<5>(g.k, a, lda, panel, c, g.crs, cols); break;
+      default: break;
+    }
+  }
+}
+#else
+std::atomic<int64_t>& panel_gemm_calls() {
+  static std::atomic<int64_t> calls{0};  // stays 0: small_m_rows() is 0 without AVX-512
+  return calls;
+}
+void panel_gemm(const Gemm2D&, int64_t, const float*, int64_t) {}  // unreachable: small_m_rows() is 0
+#endif
+
+// The layout oneDNN packs a constant B into does not depend on m (above), so GEMMs for the panel
+// kernel take it from the plan of a one-row GEMM: one plan per weight shape instead of one per m
+// (a decoder's growing sequence otherwise builds a plan, ~80 KB, at every length).
+std::shared_ptr<const MatmulPlan> layout_plan(const Gemm2D& g, const Layout& lb) {
+  Gemm2D one = g;
+  one.m = 1;
+  return matmul_plan(one, Layout{'N', std::max<int64_t>(g.k, 1), false}, lb, std::max<int64_t>(g.n, 1), /*packed_b=*/true);
+}
+
 // Runs g on its packed B (packing it on first use) and returns the call's status; nullopt: no
 // brgemm kernel for it, or the budget is spent, so B is read as stored.
 std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const Layout& la, const Layout& lb, int64_t ldc) {
@@ -1104,7 +1223,13 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
   // A weight past the budget skips building plans it would not use (k * n floats: the least a copy takes).
   if (!weight_cache().contains(wkey) && !weight_cache().fits(g.k * g.n * int64_t(sizeof(float)), packed_gemm_budget().load()))
     return std::nullopt;
-  std::shared_ptr<const MatmulPlan> plan = matmul_plan(g, la, lb, ldc, /*packed_b=*/true);
+  std::shared_ptr<const MatmulPlan> plan;
+  int64_t depth = 0;  // > 0: the panel kernel runs it
+  if (g.m <= small_m_rows() && la.trans == 'N') {
+    plan = layout_plan(g, lb);
+    depth = plan->usable ? panel_depth(plan->b, g.k, g.n) : 0;
+  }
+  if (depth == 0) plan = matmul_plan(g, la, lb, ldc, /*packed_b=*/true);
   if (!plan->usable) return std::nullopt;
   float now[kWeightSamples];
   sample_b(g, now);
@@ -1122,6 +1247,10 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
       weight_cache().release(bytes);
       return 1;
     }
+  }
+  if (depth > 0) {
+    panel_gemm(g, la.ld, packed->data.get(), depth);
+    return 0;
   }
   return execute_matmul(ctx, s, *plan, g.a, packed->data.get(), g.c);
 }
@@ -1377,6 +1506,8 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
     case 3: return matmul_cache(false).built();
     case 4: return matmul_cache(true).size();
     case 5: return weight_cache().budgeted_bytes();
+    case 6: return panel_gemm_calls().load(std::memory_order_relaxed);
+    case 7: return small_m_rows();
     default: return -1;
   }
 #else
@@ -1387,6 +1518,15 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
 
 // Not part of the ABI: sets the packed-GEMM budget to `mb` megabytes (tests, benchmarks) and
 // returns the previous one. Copies already made stay; only new ones are checked against it.
+extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_set_small_m_rows(int64_t rows) {
+#ifdef DISC_HAVE_DNNL
+  return small_m_limit().exchange(std::max<int64_t>(rows, 0));
+#else
+  (void)rows;
+  return 0;
+#endif
+}
+
 extern "C" __attribute__((visibility("default"))) double disc_ral_cpu_set_packed_gemm_mb(double mb) {
 #ifdef DISC_HAVE_DNNL
   return static_cast<double>(packed_gemm_budget().exchange(budget_bytes(mb))) / 1048576.0;
