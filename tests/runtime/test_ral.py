@@ -551,7 +551,7 @@ def test_a_constant_weight_is_packed_once_and_serves_every_m(k, n, how):
 
 
 @needs_dnnl
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 11, 16, 17])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 11, 16, 17, 64, 65, 97])
 @pytest.mark.parametrize("k, n, how", [(256, 256, "t"), (100, 1000, "t"), (1000, 70, "n"), (33, 2049, "t")])
 def test_few_rows_on_a_packed_weight_run_the_panel_kernel(m, k, n, how):
     # Up to panel_gemm_rows rows, the RAL's own kernel reads oneDNN's packed panels: every row
@@ -570,6 +570,14 @@ def test_few_rows_on_a_packed_weight_run_the_panel_kernel(m, k, n, how):
     ran = ral.cache_entries()["panel_gemm_calls"] - before
     assert rel_err(out, ref_mm(a, w)) <= 1e-5, (m, k, n, how)
     assert ran == (1 if m <= rows else 0), (m, rows)
+    previous = ral.set_small_m_rows(0)  # off: oneDNN's matmul reads the same packed copy
+    try:
+        out.fill_(float("nan"))
+        ral.call_gemm(args)
+        assert ral.cache_entries()["panel_gemm_calls"] - before == ran
+        assert rel_err(out, ref_mm(a, w)) <= 1e-5, (m, k, n, how)
+    finally:
+        assert ral.set_small_m_rows(previous) == 0
 
 
 @needs_dnnl

@@ -1517,8 +1517,8 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
 #endif
 }
 
-// Not part of the ABI: sets the packed-GEMM budget to `mb` megabytes (tests, benchmarks) and
-// returns the previous one. Copies already made stay; only new ones are checked against it.
+// Not part of the ABI: sets up to how many rows a GEMM on a packed weight takes the panel kernel
+// (tests, benchmarks) and returns the previous limit.
 extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_set_small_m_rows(int64_t rows) {
 #ifdef DISC_HAVE_DNNL
   return small_m_limit().exchange(std::max<int64_t>(rows, 0));
@@ -1528,6 +1528,8 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_set_small
 #endif
 }
 
+// Not part of the ABI: sets the packed-GEMM budget to `mb` megabytes (tests, benchmarks) and
+// returns the previous one. Copies already made stay; only new ones are checked against it.
 extern "C" __attribute__((visibility("default"))) double disc_ral_cpu_set_packed_gemm_mb(double mb) {
 #ifdef DISC_HAVE_DNNL
   return static_cast<double>(packed_gemm_budget().exchange(budget_bytes(mb))) / 1048576.0;
