@@ -1137,6 +1137,12 @@ int64_t panel_depth(const memory::desc& md, int64_t k, int64_t n) {
   return strides == memory::dims{16 * kPanelCols, depth * kPanelCols} ? depth : 0;
 }
 
+// Calls of the panel kernel in this process (tests check which routine ran; 0 without AVX-512).
+std::atomic<int64_t>& panel_gemm_calls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+
 #if defined(__AVX512F__)
 // C[MR rows, `cols` <= 64] = A[MR rows, k] @ one panel of B.
 template <int MR>
@@ -1169,12 +1175,6 @@ void panel_tile(int64_t k, const float* a, int64_t lda, const float* panel, floa
   }
 }
 
-// Calls of the panel kernel in this process (tests check which routine ran).
-std::atomic<int64_t>& panel_gemm_calls() {
-  static std::atomic<int64_t> calls{0};
-  return calls;
-}
-
 // C = A @ B for A with unit column stride (row stride lda) and B in 64-column panels of `depth`
 // rows; the panels are shared out among the threads.
 void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth) {
@@ -1200,10 +1200,6 @@ void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth
   }
 }
 #else
-std::atomic<int64_t>& panel_gemm_calls() {
-  static std::atomic<int64_t> calls{0};  // stays 0: small_m_rows() is 0 without AVX-512
-  return calls;
-}
 void panel_gemm(const Gemm2D&, int64_t, const float*, int64_t) {}  // unreachable: small_m_rows() is 0
 #endif
 
