@@ -10,8 +10,9 @@ Per workload:
 3. **Checked warm-up** in this process: each system runs every shape once and
    its outputs are compared with eager's (max relative error).
 4. **Steady state**, interleaved: for every shape, ``repeats`` rounds, each
-   round calling every system once, in an order rotated per round, so machine
-   noise hits all systems alike. Medians per shape, and the spread of each.
+   round calling every system once, in an order that changes per round so that
+   every system follows every other equally often (``timing.balanced_order``):
+   machine noise and cache warmth hit all systems alike. Medians per shape, and the spread of each.
 
 Nothing a system does can stop the suite: a failure in ``prepare`` or a call
 is recorded with its message and the system is dropped from that workload.
@@ -37,6 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.progress import Progress
 from benchmarks.systems import Context, Runner, System
+from benchmarks.timing import balanced_order
 from benchmarks.workloads import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,8 +364,7 @@ def _steady_state(runners, inputs, stream, repeats, ctx, results, workload, tick
         results[name].steady_ms = [[] for _ in stream]
     for i, args in enumerate(inputs):
         for rnd in range(repeats):
-            k = (rnd + i) % max(len(names), 1)
-            for name in names[k:] + names[:k]:
+            for name in [names[k] for k in balanced_order(len(names), i * repeats + rnd)]:
                 if results[name].status != "ok":
                     continue
                 try:

@@ -18,7 +18,7 @@ random tokens, with the model's dropout (0.1, as BERT trains;
 ``DISC_BENCH_DROPOUT=0`` turns it off to time the arithmetic alone: eager's
 CPU dropout draws its masks with a slow serial generator). Steady state: the stream of
 sequence lengths is walked in rounds, every system stepping once per length
-in a rotated order, so machine noise hits all alike; reported are the median
+in a balanced order (each follows every other equally often), so machine noise hits all alike; reported are the median
 step time per length and the geometric mean of eager's median over each
 system's. Memory, in a fresh process per system (the kernel's high-water
 mark, reset first): the peak of the first walk over the stream, compilations
@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from benchmarks.timing import balanced_order
 
 BATCH = 8
 SYSTEMS = ("eager", "disc", "disc-save-all", "inductor-dynamic")
@@ -269,9 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             _step(fns[s], opts[s], inputs[q])
     times: dict[str, dict[int, list[float]]] = {s: {q: [] for q in sizes} for s in SYSTEMS}
     for r in range(args.rounds):
-        for q in sizes:
-            order = SYSTEMS[r % len(SYSTEMS) :] + SYSTEMS[: r % len(SYSTEMS)]
-            for s in order:
+        for j, q in enumerate(sizes):
+            for s in [SYSTEMS[k] for k in balanced_order(len(SYSTEMS), r * len(sizes) + j)]:
                 t = time.perf_counter()
                 _step(fns[s], opts[s], inputs[q])
                 times[s][q].append(time.perf_counter() - t)

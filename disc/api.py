@@ -11,7 +11,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
 from disc.runtime.backend import example_device, executor_device, make_executor
 from disc.runtime.checks import InputChecker
+from disc.runtime.constant_versions import ConstantVersions, warn_recompiling
 from disc.runtime.reference import ExecutionProfile
 from disc.shape.expr import parse_expr
 
@@ -132,6 +134,10 @@ class CompiledModule:
         self.input_names = input_names
         self.out_spec = out_spec
         self._check_inputs = InputChecker(report.graph, input_names, executor_device(executor))
+        self._weights: ConstantVersions | None = None
+        self._compile_again: Callable[[list[torch.Tensor]], CompiledModule] | None = None
+        self._compilations = 1
+        self._recompiling = threading.Lock()
 
     @property
     def graph(self) -> Graph:
@@ -139,8 +145,27 @@ class CompiledModule:
 
     @property
     def num_compilations(self) -> int:
-        """Always 1: a CompiledModule never recompiles, whatever the shapes."""
-        return 1
+        """1, whatever the shapes; one more each time the model's weights changed in place."""
+        return self._compilations
+
+    def watch_weights(self, weights: Mapping[str, torch.Tensor], compile_again: Callable[[list[torch.Tensor]], CompiledModule]) -> None:
+        """Compile again (``compile_again(inputs)``) at the first call after one of ``weights`` changes in place."""
+        self._weights = ConstantVersions(weights)
+        self._compile_again = compile_again
+
+    def _refresh(self, tensors: list[torch.Tensor]) -> None:
+        with self._recompiling:  # one thread compiles; the others find the fresh program
+            changed = self._weights.changed() if self._weights is not None else []
+            if not changed or self._compile_again is None:
+                return
+            from disc.runtime.ral import forget_packed_copies
+
+            warn_recompiling(self.report.name, changed)
+            forget_packed_copies(self._weights.changed_tensors())
+            fresh = self._compile_again(tensors)
+            self.report, self.executor, self._check_inputs = fresh.report, fresh.executor, fresh._check_inputs
+            self._weights = fresh._weights
+            self._compilations += 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors = list(args)
@@ -152,6 +177,8 @@ class CompiledModule:
             if kwargs:
                 raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
         self._check_inputs(tensors)
+        if self._weights is not None and self._weights.changed():
+            self._refresh(tensors)
         self.report.calls += 1
         # Entering no_grad costs ~2 us, a tenth of a small call: only when an input could start a graph.
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -226,6 +253,7 @@ def compile(
         if hit is not None:
             hit.report.cache = cached
             hit.report.compile_seconds = time.perf_counter() - start
+            _watch_weights(hit, model, dict(dynamic=dynamic, constraints=constraints, backend=backend, cache=cache))
             return hit
     captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
     graph = captured.importer.graph
@@ -248,7 +276,26 @@ def compile(
     if key is not None:
         report.cache = f"{cached}; {program_cache.store(key, compiled)}"
     record_report(report)
+    _watch_weights(compiled, model, dict(dynamic=dynamic, constraints=constraints, backend=backend, cache=cache))
     return compiled
+
+
+def _watch_weights(compiled: CompiledModule, model: torch.nn.Module, options: dict[str, Any]) -> None:
+    """Have ``compiled`` compile ``model`` again, with the same options, once its weights change in place.
+
+    The model is held weakly: a compiled program does not keep its model alive.
+    """
+    weights = dict(model.named_parameters()) | dict(model.named_buffers())
+    model_ref = weakref.ref(model)
+    name = type(model).__name__  # not `compiled`: the closure would make a reference cycle
+
+    def compile_again(inputs: list[torch.Tensor]) -> CompiledModule:
+        current = model_ref()
+        if current is None:
+            raise CompileError(f"the weights of {name} changed in place after compilation, and the model is gone: compile it again")
+        return compile(current, inputs, **options)
+
+    compiled.watch_weights(weights, compile_again)
 
 
 def _split_constraints(constraints: Constraints | None) -> tuple[dict[str, tuple[int | None, int | None]], list[Any]]:

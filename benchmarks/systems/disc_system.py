@@ -6,6 +6,8 @@ import os
 import shutil
 from typing import Any
 
+import torch
+
 import disc
 from benchmarks.systems.base import EXPORT_PRELOAD, Runner, System, register
 
@@ -58,6 +60,33 @@ class DiscSaved(Disc):
         return DiscRunner(cm)
 
 
+class PluginRunner(Runner):
+    """``torch.compile(model, backend="disc", dynamic=True)``, on a private copy of the forward's code
+    (as the inductor systems do: its own dynamo cache and recompile limit)."""
+
+    def __init__(self, model: Any) -> None:
+        from benchmarks.systems.inductor import _private_forward
+        from disc.frontends.torch.dynamo import disc_backend
+
+        super().__init__()
+        self.count = 0
+
+        def backend(gm: Any, example_inputs: list[Any]) -> Any:
+            self.count += 1
+            return disc_backend(gm, example_inputs)
+
+        self.fn = torch.compile(_private_forward(model), backend=backend, dynamic=True)
+
+    @property
+    def compilations(self) -> int:
+        return self.count
+
+
+class DiscPlugin(Disc):
+    def prepare(self, model, workload, example, ctx, workdir):  # type: ignore[override]
+        return PluginRunner(model)
+
+
 _PRELOAD = (*EXPORT_PRELOAD, "sympy", "disc.frontends.torch.export", "disc.frontends.torch.lowering", "disc.passes.pipeline", "disc.runtime.native")
 register(
     Disc(
@@ -74,5 +103,13 @@ register(
         "disc.compile then disc.save on the cold start; disc.load of that folder on every later start (the same program)",
         cache_note="a warm start is disc.load of the program the cold start saved: no export, no passes, no C++ compiler",
         preload=(*_PRELOAD, "disc.runtime.artifact"),
+    )
+)
+register(
+    DiscPlugin(
+        "disc-plugin",
+        "torch.compile(model, backend='disc', dynamic=True): plug-in mode, dynamo's graphs compiled by disc",
+        cache_note="dynamo, AOTAutograd and disc's passes run again; the C++ programs come from disc's build cache",
+        preload=(*_PRELOAD, "torch._dynamo", "disc.frontends.torch.dynamo"),
     )
 )

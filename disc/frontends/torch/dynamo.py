@@ -9,6 +9,7 @@ breaks a model.
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,6 +27,15 @@ def _user_name(placeholder: str) -> str:
     for prefix in ("L_", "l_"):
         name = name.removeprefix(prefix)
     return name.rstrip("_") or placeholder
+
+
+def _state_name(placeholder: str) -> str:
+    # Dynamo names an inlined module's weight l_self_modules_encoder_modules_fc_parameters_weight_:
+    # for messages, the module's own spelling (encoder.fc.weight).
+    name = _user_name(placeholder).removeprefix("self_")
+    for part in ("modules", "parameters", "buffers"):
+        name = name.replace(f"_{part}_", ".").removeprefix(f"{part}_")
+    return name
 
 
 OPTIONS = ("partitioner",)  # what torch.compile(backend="disc", options={...}) accepts
@@ -46,21 +56,37 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
     if unknown:
         raise ValueError(f"torch.compile(backend='disc'): unknown option(s) {unknown}; disc takes options={{{', '.join(repr(k) + ': ...' for k in OPTIONS)}}}")
 
-    # Tensor inputs only: dynamo also passes SymInt sizes as placeholders.
-    user_names = [_user_name(n.target) for n in gm.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("example_value"), torch.Tensor)]
-    params = dict(gm.named_parameters(remove_duplicate=False))
-    buffers = dict(gm.named_buffers(remove_duplicate=False))
-    n_state = len(params) + len(buffers)
-    state_values = list(params.values()) + list(buffers.values())
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # The module's parameters and buffers reach AOTAutograd in one of two ways: as the graph
+    # module's own attributes (lifted in front of the inputs), or, as dynamo passes inlined
+    # nn.Modules (torch's default since 2.5), as placeholders among the user's inputs.
+    lifted = [t for _, t in gm.named_parameters(remove_duplicate=False)] + [t for _, t in gm.named_buffers(remove_duplicate=False)]
+    inlined = _module_state_positions(placeholders, example_inputs)
+    # AOTAutograd's forward graph reads the lifted state first, then dynamo's placeholders.
+    state = {i: t for i, t in enumerate(lifted)} | {len(lifted) + p: example_inputs[p] for p in inlined}
+    lifted_names = [name for name, _ in [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]]
+    names = {i: name.replace(".", "_") for i, name in enumerate(lifted_names)}
+    names |= {len(lifted) + p: _user_name(n.target) for p, n in enumerate(placeholders) if isinstance(n.meta.get("example_value"), torch.Tensor)}
+    state_names = {i: name for i, name in enumerate(lifted_names)} | {len(lifted) + p: _state_name(placeholders[p].target) for p in inlined}
+    n_placeholders = len(lifted) + len(placeholders)
+    grad_enabled = torch.is_grad_enabled()  # the caller's mode (dynamo guards on it); AOTAutograd compiles under no_grad
     start = time.perf_counter()
 
     outcomes: list[bool] = []  # per compiled graph: did disc compile it?
 
     def compile_or_keep(
-        fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any], kind: str, names: list[str], values: list[torch.Tensor], n: int
+        fx_gm: torch.fx.GraphModule,
+        fx_inputs: Sequence[Any],
+        kind: str,
+        names: dict[int, str],
+        state: dict[int, torch.Tensor],
+        state_names: dict[int, str],
     ) -> Callable[..., Any]:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
         try:
-            compiled = _compile_aten(fx_gm, fx_inputs, names, values, n, start, kind)
+            with unset_fake_temporarily():  # constants are real tensors
+                compiled = _compile_aten(fx_gm, fx_inputs, names, state, state_names, start, kind)
         except Exception as e:  # never break the user's model: run this graph in PyTorch
             _record_failure(gm, e, start, kind)
             outcomes.append(False)
@@ -69,12 +95,13 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
         return compiled
 
     def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return compile_or_keep(fx_gm, fx_inputs, "forward", user_names, state_values, n_state)
+        constants = _frozen_state(state, len(fx_inputs) == n_placeholders, grad_enabled)
+        return compile_or_keep(fx_gm, fx_inputs, "forward", names, constants, state_names)
 
     def bw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]) -> Callable[..., Any]:
         # The backward graph's inputs are the tensors the forward saved and the output
         # gradients (AOTAutograd names them), its outputs the input gradients.
-        return compile_or_keep(fx_gm, fx_inputs, "backward", [], [], 0)
+        return compile_or_keep(fx_gm, fx_inputs, "backward", {}, {}, {})
 
     compiled = aot_module_simplified(
         gm,
@@ -197,6 +224,45 @@ def _is_meta_kernel_not_one_guard(guard: Any) -> bool:
     return any(part in filename.replace("\\", "/") for part in _TORCH_META_FILES)
 
 
+def _module_state_positions(placeholders: list[torch.fx.Node], example_inputs: Sequence[Any]) -> list[int]:
+    """Which of dynamo's placeholders are parameters or buffers of the (inlined) nn.Modules."""
+    try:
+        from torch._dynamo.source import is_from_unspecialized_param_buffer_source
+    except ImportError:  # a torch without inlined modules: its state is lifted instead
+        return []
+    positions = []
+    for pos, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        source = getattr(node, "_dynamo_source", None) or getattr(node.meta.get("grapharg"), "source", None)
+        if isinstance(value, torch.Tensor) and source is not None and is_from_unspecialized_param_buffer_source(source):
+            positions.append(pos)
+    return positions
+
+
+def _frozen_state(state: dict[int, torch.Tensor], layout_matches: bool, grad_enabled: bool) -> dict[int, torch.Tensor]:
+    """The module state a forward graph may read as constants (placeholder position -> tensor).
+
+    Inference only, as with ``disc.compile``: a program reads its weights as constants (packed
+    once for the GEMM library, folded where passes can). Training keeps them inputs. State the
+    graph writes or returns a view of (a running count, a cache buffer) stays an input, as does
+    everything when AOTAutograd's metadata is missing or its inputs are not laid out as expected.
+    """
+    if not state or not layout_matches:
+        return {}
+    if grad_enabled and any(t.requires_grad for t in state.values()):
+        return {}
+    from torch._guards import TracingContext
+
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    if meta is None:
+        return {}
+    written = {i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata}
+    written |= {out.base_idx for out in meta.output_info if out.base_idx is not None}
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # AOTAutograd calls its compilers in fake mode
+        return {i: t.detach() for i, t in state.items() if i not in written}
+
+
 def _boxed(fx_gm: torch.fx.GraphModule) -> Callable[..., Any]:
     from torch._functorch.aot_autograd import make_boxed_func
 
@@ -206,12 +272,15 @@ def _boxed(fx_gm: torch.fx.GraphModule) -> Callable[..., Any]:
 def _compile_aten(
     fx_gm: torch.fx.GraphModule,
     fx_inputs: Sequence[Any],
-    user_names: list[str],
-    state_values: list[torch.Tensor],
-    n_state: int,
+    names: dict[int, str],
+    constants_at: dict[int, torch.Tensor],
+    state_names: dict[int, str],
     start: float,
     kind: str = "forward",
 ) -> Callable[..., Any]:
+    """disc's program for one AOTAutograd graph: ``constants_at`` maps placeholder positions to
+    the tensors read as constants, ``names`` others to the user's input names (``state_names``:
+    the module's names of its parameters and buffers, for messages)."""
     from torch._functorch.aot_autograd import make_boxed_func
 
     from disc.api import CompileReport, record_report
@@ -219,53 +288,67 @@ def _compile_aten(
     from disc.runtime.backend import example_device, executor_device, make_executor
 
     placeholders = [n for n in fx_gm.graph.nodes if n.op == "placeholder"]
-    # Inference graphs from AOTAutograd lift parameters and buffers first; they
-    # become constants when nothing requires grad (training keeps them inputs).
-    as_constants = not torch.is_grad_enabled() or not any(t.requires_grad for t in state_values)
-    constants: dict[str, torch.Tensor] = {}
-    if as_constants and len(placeholders) >= n_state:
-        for node, value in zip(placeholders[:n_state], state_values):
-            constants[node.target] = value.detach()
+    constants = {placeholders[pos].target: value for pos, value in constants_at.items()}
     specs: list[InputSpec] = []
-    user_iter = iter(user_names)
     tensor_positions: list[int] = []
     for pos, (node, val) in enumerate(zip(placeholders, fx_inputs)):
-        if node.target in constants:
-            continue
-        if not isinstance(val, torch.Tensor):
-            continue  # SymInt sizes: recomputed by disc from tensor dims
-        name = next(user_iter, node.target) if pos >= n_state else node.target
+        if pos in constants_at or not isinstance(val, torch.Tensor):
+            continue  # constants, and SymInt sizes (disc recomputes them from tensor dims)
         dims = {axis: str(d.node.expr) for axis, d in enumerate(val.shape) if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
-        specs.append(InputSpec(name, dims))
+        specs.append(InputSpec(names.get(pos, node.target), dims))
         tensor_positions.append(pos)
-    importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True, allow_rng=True)
-    graph = run_pipeline(importer.graph)
-    executor, choice = make_executor(graph, importer.fallbacks, device=example_device(fx_inputs))
-    report = CompileReport(
-        name=f"torch.compile graph {len(_reports_from_dynamo()) + 1}" + ("" if kind == "forward" else f" ({kind})"),
-        source="torch.compile",
-        graph=graph,
-        fallbacks=dict(importer.fallback_counts),
-        compile_seconds=time.perf_counter() - start,
-        backend=choice,
-        fallback_calls=dict(importer.fallbacks),
-    )
-    record_report(report)
-    names = [s.name for s in specs]
+    title = f"torch.compile graph {len(_reports_from_dynamo()) + 1}" + ("" if kind == "forward" else f" ({kind})")
+
+    def build() -> tuple[Any, Any, CompileReport]:
+        importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True, allow_rng=True)
+        graph = run_pipeline(importer.graph)
+        executor, choice = make_executor(graph, importer.fallbacks, device=example_device(fx_inputs))
+        report = CompileReport(
+            name=title,
+            source="torch.compile",
+            graph=graph,
+            fallbacks=dict(importer.fallback_counts),
+            compile_seconds=time.perf_counter() - start,
+            backend=choice,
+            fallback_calls=dict(importer.fallbacks),
+        )
+        record_report(report)
+        return importer, executor, report
+
+    importer, executor, report = build()
+    input_names = [s.name for s in specs]
     seeded = importer.rng_seed is not None  # the graph draws random numbers: one fresh seed per call
     if seeded:
-        names.append(importer.rng_seed.name)
+        input_names.append(importer.rng_seed.name)
     host_outputs = _HostOutputs(placeholders, fx_inputs, importer.output_layout)
 
     from disc.runtime.checks import InputChecker
+    from disc.runtime.constant_versions import ConstantVersions, warn_recompiling
 
-    check_inputs = InputChecker(graph, names, executor_device(executor))
+    check_inputs = InputChecker(report.graph, input_names, executor_device(executor))
+    weights = {state_names.get(pos, placeholders[pos].target): value for pos, value in constants_at.items()}
+    program = [executor, report, ConstantVersions(weights)]  # replaced whole when the weights change
+    recompiling = threading.Lock()
+
+    def compile_again() -> None:
+        with recompiling:  # one thread compiles; the others find the fresh program
+            changed = program[2].changed()
+            if changed:
+                from disc.runtime.ral import forget_packed_copies
+
+                warn_recompiling(title, changed)
+                forget_packed_copies(program[2].changed_tensors())
+                _, fresh, fresh_report = build()
+                program[:] = [fresh, fresh_report, ConstantVersions(weights)]
 
     def run(*args: Any) -> list[Any]:
         tensors = [args[p] for p in tensor_positions]
         if seeded:  # from torch's generator, so torch.manual_seed reproduces the draws
             tensors.append(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64, device=check_inputs.device))
         check_inputs(tensors)
+        if program[2].changed():
+            compile_again()
+        executor, report, _ = program
         report.calls += 1
         with torch.no_grad():
             outs = executor.run(tensors)

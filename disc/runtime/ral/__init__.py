@@ -366,6 +366,16 @@ class Ral:
         fn.restype, fn.argtypes = None, [ctypes.c_void_p, _i64, _i32]
         fn(pointers, n, int(held))
 
+    def forget_constants(self, tensors: Sequence[torch.Tensor]) -> None:
+        """These tensors changed in place: drop the RAL's packed copies of them (the next GEMM or
+        convolution on one packs it again)."""
+        fn = getattr(self.lib, "disc_ral_cpu_forget_constants", None)
+        if fn is None or not tensors:  # a RAL without packed copies
+            return
+        pointers = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+        fn.restype, fn.argtypes = None, [ctypes.c_void_p, _i64]
+        fn(pointers, len(tensors))
+
     def cache_entries(self) -> dict[str, int]:
         """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans, plans
         of GEMMs on packed weights), how many matmul plans were built so far (each miss builds one),
@@ -423,6 +433,8 @@ class Ral:
 Variant = Literal["auto", "dnnl", "builtin"]
 _lock = threading.Lock()
 _loaded: dict[str, Ral] = {}
+_opened_lock = threading.Lock()  # not _lock: load_ral holds that while it opens
+_opened: list[Ral] = []  # every RAL library opened (a saved program may carry its own); never unloaded
 
 
 def build_ral(variant: Variant = "auto") -> toolchain.BuildResult:
@@ -488,7 +500,19 @@ def open_ral(path: Path) -> Ral:
             outputs.set_limit(int(limit))
         except ValueError:
             raise ValueError(f"DISC_OUTPUT_CACHE_BLOCKS must be a whole number of blocks, got {limit!r}") from None
-    return Ral(lib, path, table, address, table.gemm_library.decode(), outputs)
+    ral = Ral(lib, path, table, address, table.gemm_library.decode(), outputs)
+    with _opened_lock:
+        _opened.append(ral)
+    return ral
 
 
-__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "OutputCache", "Ral", "RalTable", "build_ral", "conv2d_args", "gemm_args", "load_ral", "open_ral", "preload_dnnl", "release_cached_outputs"]
+def forget_packed_copies(tensors: Sequence[torch.Tensor]) -> None:
+    """``tensors`` changed in place: every RAL opened in this process drops its packed copies of them."""
+    cpu = [t for t in tensors if t.device.type == "cpu"]
+    with _opened_lock:
+        rals = list(_opened)
+    for ral in rals:
+        ral.forget_constants(cpu)
+
+
+__all__ = ["ABI_VERSION", "Conv2dArgs", "Ctx", "GemmArgs", "OutputCache", "Ral", "RalTable", "build_ral", "conv2d_args", "forget_packed_copies", "gemm_args", "load_ral", "open_ral", "preload_dnnl", "release_cached_outputs"]

@@ -949,6 +949,17 @@ class WeightCache {
     auto h = holders_.find(address);
     if (h == holders_.end() || --h->second > 0) return;
     holders_.erase(h);
+    drop_copies(address);
+  }
+  // The weight at `address` changed in place: its copies go now, and the next call packs afresh
+  // (the sampled values catch most changes, but not one that misses every sample).
+  void forget(int64_t address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop_copies(address);
+  }
+
+ private:
+  void drop_copies(int64_t address) {  // with mu_ held
     for (auto it = map_.begin(); it != map_.end();) {
       if (it->first[0] != address) {
         ++it;
@@ -959,7 +970,6 @@ class WeightCache {
     }
   }
 
- private:
   std::mutex mu_;
   std::unordered_map<WeightKey, std::vector<std::shared_ptr<const PackedWeights>>, ArrayHash<6>> map_;
   std::unordered_map<int64_t, int64_t> holders_;  // weight address -> programs holding it
@@ -1571,6 +1581,16 @@ extern "C" __attribute__((visibility("default"))) void disc_ral_cpu_hold_constan
   }
 #else
   (void)constants, (void)n, (void)held;
+#endif
+}
+
+// Not part of the ABI: the `n` constant buffers changed in place (a model's weights updated after
+// compilation); their packed copies are dropped so that no program reads a stale one.
+extern "C" __attribute__((visibility("default"))) void disc_ral_cpu_forget_constants(const void* const* constants, int64_t n) {
+#ifdef DISC_HAVE_DNNL
+  for (int64_t i = 0; i < n; ++i) weight_cache().forget(static_cast<int64_t>(reinterpret_cast<uintptr_t>(constants[i])));
+#else
+  (void)constants, (void)n;
 #endif
 }
 
