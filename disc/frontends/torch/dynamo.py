@@ -60,15 +60,15 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
     # The module's parameters and buffers reach AOTAutograd in one of two ways: as the graph
     # module's own attributes (lifted in front of the inputs), or, as dynamo passes inlined
     # nn.Modules (torch's default since 2.5), as placeholders among the user's inputs.
-    lifted = [t for _, t in gm.named_parameters(remove_duplicate=False)] + [t for _, t in gm.named_buffers(remove_duplicate=False)]
+    lifted = [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
     inlined = _module_state_positions(placeholders, example_inputs)
     # AOTAutograd's forward graph reads the lifted state first, then dynamo's placeholders.
-    state = {i: t for i, t in enumerate(lifted)} | {len(lifted) + p: example_inputs[p] for p in inlined}
-    lifted_names = [name for name, _ in [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]]
-    names = {i: name.replace(".", "_") for i, name in enumerate(lifted_names)}
-    names |= {len(lifted) + p: _user_name(n.target) for p, n in enumerate(placeholders) if isinstance(n.meta.get("example_value"), torch.Tensor)}
-    state_names = {i: name for i, name in enumerate(lifted_names)} | {len(lifted) + p: _state_name(placeholders[p].target) for p in inlined}
-    n_placeholders = len(lifted) + len(placeholders)
+    at = len(lifted)
+    state = {i: t for i, (_, t) in enumerate(lifted)} | {at + p: example_inputs[p] for p in inlined}
+    state_names = {i: name for i, (name, _) in enumerate(lifted)} | {at + p: _state_name(placeholders[p].target) for p in inlined}
+    names = {i: name.replace(".", "_") for i, (name, _) in enumerate(lifted)}
+    names |= {at + p: _user_name(n.target) for p, n in enumerate(placeholders) if isinstance(n.meta.get("example_value"), torch.Tensor)}
+    n_placeholders = at + len(placeholders)
     grad_enabled = torch.is_grad_enabled()  # the caller's mode (dynamo guards on it); AOTAutograd compiles under no_grad
     start = time.perf_counter()
 
