@@ -9,6 +9,9 @@ updated in place afterwards (``load_state_dict``, an optimizer step under
 compute with the old values. PyTorch bumps a tensor's version counter on every
 in-place write, so comparing the counters with their values at compile time
 says, at each call, whether the program still matches its model.
+
+Writes through ``p.data`` (a separate alias with its own counter) are not seen;
+for packed weights the RAL's check of sampled values is then the only guard.
 """
 
 from __future__ import annotations
