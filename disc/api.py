@@ -25,7 +25,7 @@ from disc.ir.graph import Graph
 from disc.ir.printer import print_graph
 from disc.runtime.backend import example_device, executor_device, make_executor
 from disc.runtime.checks import InputChecker
-from disc.runtime.constant_versions import ConstantVersions, warn_recompiling
+from disc.runtime.constant_versions import ConstantVersions
 from disc.runtime.reference import ExecutionProfile
 from disc.shape.expr import parse_expr
 
@@ -137,7 +137,6 @@ class CompiledModule:
         self._weights: ConstantVersions | None = None
         self._compile_again: Callable[[list[torch.Tensor]], CompiledModule] | None = None
         self._compilations = 1
-        self._recompiling = threading.Lock()
 
     @property
     def graph(self) -> Graph:
@@ -153,19 +152,10 @@ class CompiledModule:
         self._weights = ConstantVersions(weights)
         self._compile_again = compile_again
 
-    def _refresh(self, tensors: list[torch.Tensor]) -> None:
-        with self._recompiling:  # one thread compiles; the others find the fresh program
-            changed = self._weights.changed() if self._weights is not None else []
-            if not changed or self._compile_again is None:
-                return
-            from disc.runtime.ral import forget_packed_copies
-
-            warn_recompiling(self.report.name, changed)
-            forget_packed_copies(self._weights.changed_tensors())
-            fresh = self._compile_again(tensors)
-            self.report, self.executor, self._check_inputs = fresh.report, fresh.executor, fresh._check_inputs
-            self._weights = fresh._weights
-            self._compilations += 1
+    def _adopt(self, fresh: CompiledModule) -> None:
+        """Run ``fresh``'s program from now on (compiled from the same model with new weights)."""
+        self.report, self.executor, self._check_inputs = fresh.report, fresh.executor, fresh._check_inputs
+        self._compilations += 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors = list(args)
@@ -177,8 +167,9 @@ class CompiledModule:
             if kwargs:
                 raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
         self._check_inputs(tensors)
-        if self._weights is not None and self._weights.changed():
-            self._refresh(tensors)
+        if self._weights is not None and self._weights.changed() and self._compile_again is not None:
+            again = self._compile_again
+            self._weights.recompile_if_changed(self.report.name, lambda: self._adopt(again(tensors)))
         self.report.calls += 1
         # Entering no_grad costs ~2 us, a tenth of a small call: only when an input could start a graph.
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):

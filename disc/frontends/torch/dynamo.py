@@ -9,7 +9,6 @@ breaks a model.
 
 from __future__ import annotations
 
-import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -85,7 +84,7 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         try:
-            with unset_fake_temporarily():  # constants are real tensors
+            with unset_fake_temporarily():  # AOTAutograd calls its compilers in fake mode; constants are real
                 compiled = _compile_aten(fx_gm, fx_inputs, names, state, state_names, start, kind)
         except Exception as e:  # never break the user's model: run this graph in PyTorch
             _record_failure(gm, e, start, kind)
@@ -257,10 +256,7 @@ def _frozen_state(state: dict[int, torch.Tensor], layout_matches: bool, grad_ena
         return {}
     written = {i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata}
     written |= {out.base_idx for out in meta.output_info if out.base_idx is not None}
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():  # AOTAutograd calls its compilers in fake mode
-        return {i: t.detach() for i, t in state.items() if i not in written}
+    return {i: t for i, t in state.items() if i not in written}
 
 
 def _boxed(fx_gm: torch.fx.GraphModule) -> Callable[..., Any]:
@@ -288,7 +284,7 @@ def _compile_aten(
     from disc.runtime.backend import example_device, executor_device, make_executor
 
     placeholders = [n for n in fx_gm.graph.nodes if n.op == "placeholder"]
-    constants = {placeholders[pos].target: value for pos, value in constants_at.items()}
+    constants = {placeholders[pos].target: value.detach() for pos, value in constants_at.items()}
     specs: list[InputSpec] = []
     tensor_positions: list[int] = []
     for pos, (node, val) in enumerate(zip(placeholders, fx_inputs)):
@@ -323,32 +319,24 @@ def _compile_aten(
     host_outputs = _HostOutputs(placeholders, fx_inputs, importer.output_layout)
 
     from disc.runtime.checks import InputChecker
-    from disc.runtime.constant_versions import ConstantVersions, warn_recompiling
+    from disc.runtime.constant_versions import ConstantVersions
 
     check_inputs = InputChecker(report.graph, input_names, executor_device(executor))
-    weights = {state_names.get(pos, placeholders[pos].target): value for pos, value in constants_at.items()}
-    program = [executor, report, ConstantVersions(weights)]  # replaced whole when the weights change
-    recompiling = threading.Lock()
+    weights = ConstantVersions({state_names.get(pos, placeholders[pos].target): value for pos, value in constants_at.items()})
+    program = [executor, report]  # replaced whole when the weights change
 
     def compile_again() -> None:
-        with recompiling:  # one thread compiles; the others find the fresh program
-            changed = program[2].changed()
-            if changed:
-                from disc.runtime.ral import forget_packed_copies
-
-                warn_recompiling(title, changed)
-                forget_packed_copies(program[2].changed_tensors())
-                _, fresh, fresh_report = build()
-                program[:] = [fresh, fresh_report, ConstantVersions(weights)]
+        _, fresh, fresh_report = build()
+        program[:] = [fresh, fresh_report]
 
     def run(*args: Any) -> list[Any]:
         tensors = [args[p] for p in tensor_positions]
         if seeded:  # from torch's generator, so torch.manual_seed reproduces the draws
             tensors.append(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64, device=check_inputs.device))
         check_inputs(tensors)
-        if program[2].changed():
-            compile_again()
-        executor, report, _ = program
+        if weights.changed():
+            weights.recompile_if_changed(title, compile_again)
+        executor, report = program
         report.calls += 1
         with torch.no_grad():
             outs = executor.run(tensors)
