@@ -319,9 +319,10 @@ def _divides(c: ShapeConstraints, a: SymExpr, b: SymExpr) -> bool:
 
 
 class _Lowering:
-    def __init__(self, g: Graph, conv_epilogues: bool) -> None:
+    def __init__(self, g: Graph, conv_epilogues: bool, data_dependent: bool) -> None:
         self.g = g
         self.conv_epilogues = conv_epilogues
+        self.data_dependent = data_dependent
         self.c = g.constraints
         self.users = g.users()
         self.outputs = set(g.outputs)
@@ -341,7 +342,7 @@ class _Lowering:
                 refused[n] = f"%{n.name} runs in PyTorch (torch_fallback); the native program must be whole"
             elif isinstance(n.type, IndexType):
                 continue
-            elif n.op == "nonzero":
+            elif n.op == "nonzero" and not self.data_dependent:
                 refused[n] = f"%{n.name}: nonzero's result size is known only once it has run; PyTorch runs it between compiled segments"
             elif n.dtype not in NATIVE_DTYPES:
                 refused[n] = f"%{n.name}: dtype {n.dtype} has no native kernels yet"
@@ -609,6 +610,11 @@ def _conv_epilogue(node: Node, grp: FusionGroup) -> ConvEpilogue | None:
     return ConvEpilogue(bias.inputs[0] if bias is not None else None, "relu" in ops, grp.root)
 
 
+def defines_a_count(step: Step) -> bool:
+    """Does ``step`` run a ``nonzero``, binding a dim (its count) that later steps' sizes use?"""
+    return isinstance(step, KernelStep) and step.group.nodes[-1].op == "nonzero"
+
+
 def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
     """Horizontal fusion: independent loop kernels over provably equal shapes become one kernel.
 
@@ -635,6 +641,8 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
             at = max([i] + [made[x] + 1 for x in b.inputs if x in made])
             if any(made.get(x) == i for x in b.inputs):
                 continue  # b reads a's results: not siblings
+            if any(defines_a_count(s) for s in steps[i + 1 : j]):
+                continue  # b's sizes may be a count known only after that step (an iota of it)
             needed_early = any(
                 x in a.outputs for s in steps[i + 1 : at] for x in s.reads
             )
@@ -654,8 +662,9 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
     return steps
 
 
-def lower(g: Graph, conv_epilogues: bool = False) -> LoweredProgram:
+def lower(g: Graph, conv_epilogues: bool = False, data_dependent: bool = False) -> LoweredProgram:
     """Fusion plan, folded views and buffer plan of ``g``; raises ``Unsupported`` with the reason.
     ``conv_epilogues``: convolutions compute their bias add and ReLU (a backend whose library
-    call can, the CPU's)."""
-    return _Lowering(g, conv_epilogues).run()
+    call can, the CPU's). ``data_dependent``: the backend runs ``nonzero`` itself, binding its
+    count mid-call (the CPU's host flow); otherwise a ``nonzero`` is refused."""
+    return _Lowering(g, conv_epilogues, data_dependent).run()

@@ -79,7 +79,7 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
     # Ops the code generator refuses move to PyTorch, between compiled segments, one refusal at a time.
     refused: dict[Node, str] = {}
     for _ in range(MAX_REFUSALS):
-        if refused or any(runs_on_host(n) for n in graph.nodes):
+        if refused or any(runs_on_host(n, gpu) for n in graph.nodes):
             try:
                 return _segmented_executor(graph, fallbacks, refused, gpu)
             except Unsupported as e:
@@ -131,7 +131,7 @@ def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], refused: Map
     """Compiled segments with the host ops run by PyTorch between them (``disc.runtime.segments``)."""
     from disc.runtime.segments import SegmentedExecutor, plan_segments, summary
 
-    plan = plan_segments(graph, refused)
+    plan = plan_segments(graph, refused, gpu)
     name = "triton" if gpu else "native-cpu"
     for seg in plan.segments:
         seg.executor, seg.build, name = _compiled(seg.graph, gpu)

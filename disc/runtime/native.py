@@ -11,6 +11,7 @@ several threads at once with different shapes.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 import time
@@ -71,8 +72,8 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
 def native_source(graph: Graph) -> tuple[LoweredProgram, NativeSource]:
     """The CPU backend's lowering of ``graph`` and the C++ it generates (a saved program is reused
     only where this gives its source again). Convolutions take their bias and ReLU: the RAL
-    applies them inside the call."""
-    lowered = lower(graph, conv_epilogues=True)
+    applies them inside the call, and the host flow runs a ``nonzero`` itself."""
+    lowered = lower(graph, conv_epilogues=True, data_dependent=True)
     return lowered, emit_program(lowered)
 
 
@@ -156,7 +157,7 @@ class NativeExecutor:
         self._shapes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         self._shapes.restype = ctypes.c_int32
         self._run = lib.disc_run
-        self._run.argtypes = [ctypes.c_void_p] * 7
+        self._run.argtypes = [ctypes.c_void_p] * 8
         self._run.restype = ctypes.c_int32
         self._lib = lib  # keeps the library loaded
         lp = native.lowered
@@ -174,6 +175,7 @@ class NativeExecutor:
         self._in_ptrs_t = ctypes.c_void_p * max(len(graph.inputs), 1)
         self._out_ptrs_t = ctypes.c_void_p * max(len(self._out_meta), 1)
         self._out_specs = lp.outputs
+        self._data_dependent = native.source.data_dependent  # outputs sized at a count's bound, then viewed at the count
         self._local = _THREAD_WORKSPACE
         # Large outputs reuse freed ones' memory (see OutputCache) where the RAL has the cache.
         self._empty = self.ral.outputs.empty if self.ral.outputs is not None else _torch_empty
@@ -252,10 +254,30 @@ class NativeExecutor:
         ws_ptr = (workspace.data_ptr() + 63) & ~63
         in_ptrs = self._in_ptrs_t(*[t.data_ptr() for t in inputs])
         out_ptrs = self._out_ptrs_t(*[t.data_ptr() for t in outs])
-        rc = self._run(self.ral.table, ctypes.byref(ctx), dims, in_ptrs, self._const_ptrs, out_ptrs, ws_ptr)
+        actual = self._out_dims_t() if self._data_dependent else None
+        rc = self._run(self.ral.table, ctypes.byref(ctx), dims, in_ptrs, self._const_ptrs, out_ptrs, ws_ptr, actual)
         if rc:
             self._raise(rc, ctx)
+        if actual is not None:
+            outs = self._at_actual_shapes(outs, actual)
         return resolve_outputs(self._out_specs, outs, inputs, self.graph.constants.__getitem__)
+
+    def _at_actual_shapes(self, outs: list[torch.Tensor], actual: Any) -> list[torch.Tensor]:
+        """Each output buffer, sized for the most a count can be, viewed at the dims the call ran at.
+        The program wrote the elements contiguously at those dims, so they are the buffer's first ones.
+        A view using less than half of a buffer of 64 KiB or more is copied out, so a caller keeping a
+        few selected boxes does not keep memory for every candidate."""
+        viewed, pos = [], 0
+        for (rank, _), buf in zip(self._out_meta, outs):
+            shape = tuple(actual[pos : pos + rank])
+            pos += rank
+            if shape == tuple(buf.shape):
+                viewed.append(buf)
+                continue
+            numel = math.prod(shape)
+            view = buf.reshape(-1)[:numel].view(shape)
+            viewed.append(view.clone() if 2 * numel < buf.numel() and buf.numel() * buf.element_size() >= 1 << 16 else view)
+        return viewed
 
     def profile(self, inputs: Sequence[torch.Tensor]) -> ExecutionProfile:
         """Kernels launched per call (memory-bound, library) and the workspace bytes at these inputs."""

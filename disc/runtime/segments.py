@@ -1,10 +1,11 @@
 """Programs PyTorch must help with: compiled segments, with PyTorch running some ops between them.
 
 Three kinds of op run in PyTorch (*host ops*): a ``torch_fallback`` (an op the
-frontend does not lower: sort, an op with no lowering), a ``nonzero`` (the
-positions behind boolean-mask indexing: its result size is known only once it
-has run) and an op the code generator refused (no kernel form yet, a dtype it
-lacks).
+frontend does not lower: sort, an op with no lowering), on the GPU a ``nonzero``
+(the positions behind boolean-mask indexing: its result size is known only once
+it has run; the native CPU program runs it itself and plans what follows at the
+count's bound) and an op the code generator refused (no kernel form yet, a
+dtype it lacks).
 Neither sends the whole graph to the reference executor, op by op in Python.
 The graph is cut at its host ops instead, as BladeDISC clusters what it
 supports and leaves the rest to the host framework: every other op joins the
@@ -70,15 +71,16 @@ class SegmentPlan:
     host_tensors: set[Node] = field(default_factory=set)  # tensors the host reads shapes of for index operands
 
 
-def runs_on_host(n: Node) -> bool:
-    """Ops PyTorch runs whatever the code generator can do: a ``torch_fallback``, and a ``nonzero``,
-    whose result size is known only once it has run (a compiled program sizes its buffers before)."""
-    return n.op in ("torch_fallback", "nonzero")
+def runs_on_host(n: Node, gpu: bool = False) -> bool:
+    """Ops PyTorch runs whatever the code generator can do: a ``torch_fallback``, and for the GPU
+    program a ``nonzero``, whose result size is known only once it has run (the Triton host flow
+    sizes every buffer before its first launch; the native CPU program plans at the count's bound)."""
+    return n.op == "torch_fallback" or (gpu and n.op == "nonzero")
 
 
-def host_ops(graph: Graph, refused: Iterable[Node] = ()) -> set[Node]:
+def host_ops(graph: Graph, refused: Iterable[Node] = (), gpu: bool = False) -> set[Node]:
     """The ops PyTorch runs: those that always do (``runs_on_host``) and the ``refused`` ones (no code generator form)."""
-    return {n for n in graph.nodes if runs_on_host(n)} | set(refused)
+    return {n for n in graph.nodes if runs_on_host(n, gpu)} | set(refused)
 
 
 def stages(graph: Graph, host: set[Node]) -> dict[Node, int]:
@@ -116,12 +118,13 @@ def copyable(graph: Graph, host: set[Node]) -> set[Node]:
     return out
 
 
-def plan_segments(graph: Graph, refused: Mapping[Node, str] | None = None) -> SegmentPlan:
-    """Cut ``graph`` at its fallbacks and at the ``refused`` ops (mapped to why; see the module doc).
+def plan_segments(graph: Graph, refused: Mapping[Node, str] | None = None, gpu: bool = False) -> SegmentPlan:
+    """Cut ``graph`` at its fallbacks and at the ``refused`` ops (mapped to why; see the module doc),
+    and for the GPU program (``gpu``) at its ``nonzero`` ops too.
 
     Raises ``Unsupported`` if a segment cannot be formed.
     """
-    host = host_ops(graph, refused or {})
+    host = host_ops(graph, refused or {}, gpu)
     stage = stages(graph, host)
     copied = copyable(graph, host)
     host_nodes = [n for n in graph.nodes if n in host]
@@ -160,6 +163,15 @@ def plan_segments(graph: Graph, refused: Mapping[Node, str] | None = None) -> Se
                 continue
             if n in host or stage[x] != stage[n]:
                 read_outside.add(x)
+    # A size read in another segment (a bias broadcast to a count's length): its tensor goes there too,
+    # unless one of the graph's inputs carries it.
+    users = graph.users()
+    for d in graph.nodes:
+        t = d.inputs[0] if d.op == "dim" else None
+        if t is None or _is_free(t) or t in host or _carrier(d, graph.inputs, graph) is not None:
+            continue
+        if any(r in host or stage[r] != stage[t] for r in _readers_of_size(d, users, copied)):
+            read_outside.add(t)
     segments = []
     for s in range(last + 1):
         members = [
@@ -220,6 +232,22 @@ def _segment_graph(graph: Graph, s: int, members: list[Node], outputs: list[Node
         copy(o)
     seg.outputs = [mapped[o] for o in outputs]
     return Segment(s, seg, available, outputs)
+
+
+def _readers_of_size(d: Node, users: Mapping[Node, list[Node]], copied: set[Node]) -> set[Node]:
+    """The ops reading index value ``d``, through index arithmetic and ops copied into each segment."""
+    out: set[Node] = set()
+    todo, seen = [d], {d}
+    while todo:
+        for u in users[todo.pop()]:
+            if u in seen:
+                continue
+            seen.add(u)
+            if isinstance(u.type, IndexType) or u in copied:
+                todo.append(u)
+            else:
+                out.add(u)
+    return out
 
 
 def _carrier(x: Node, candidates: Sequence[Node], graph: Graph) -> tuple[Node, int] | None:

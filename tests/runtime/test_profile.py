@@ -55,11 +55,11 @@ def test_native_profile_counts_fused_kernels_and_the_planned_workspace(rows: int
 def test_profile_counts_fallbacks() -> None:
     class Masked(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x[x > 0].exp()
+            return torch.special.bessel_j0(x[x > 0]).exp()  # the Bessel function runs in PyTorch
 
     cm = disc.compile(Masked(), (torch.randn(9),), dynamic={"x": {0: "n"}})
     p = cm.profile(torch.randn(11))
-    assert p.kernels["fallback"] >= 1 and p.kernels["library"] == 0
+    assert p.kernels["fallback"] == 1 and p.kernels["library"] == 0
 
 
 def test_disc_profile_env_makes_profiling_builds(monkeypatch) -> None:

@@ -292,6 +292,38 @@ template <class T> static inline T disc_fmod(T a, T b) {
 // (computing a symbol precedes checking it), where a hardware division would kill the process.
 static inline int64_t disc_floordiv_i(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t disc_threads() { return omp_get_max_threads(); }
+
+// nonzero: the positions of mask's true elements, ascending, into out (room for n); returns how
+// many. One pass writes every position and advances only past true ones (no branch to mispredict
+// on a random mask). Large masks take two passes over one chunk per thread: count, then write
+// from the chunk's first position (with a branch: a chunk must not write past its own part).
+static inline int64_t disc_nonzero(const bool* mask, int64_t n, int64_t* out) {
+  const uint8_t* m = reinterpret_cast<const uint8_t*>(mask);
+  if (n < (int64_t(1) << 16) || omp_get_max_threads() == 1) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; ++i) { out[k] = i; k += m[i] != 0; }
+    return k;
+  }
+  std::vector<int64_t> start(omp_get_max_threads() + 1, 0);
+  int chunks = 1;
+  #pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    int64_t count = 0;
+    for (int64_t i = lo; i < hi; ++i) count += m[i] != 0;
+    start[t + 1] = count;
+    #pragma omp barrier
+    #pragma omp single
+    {
+      chunks = nt;
+      for (int j = 0; j < nt; ++j) start[j + 1] += start[j];
+    }
+    int64_t k = start[t];
+    for (int64_t i = lo; i < hi; ++i) if (m[i]) out[k++] = i;
+  }
+  return start[chunks];
+}
 static inline int64_t disc_align(int64_t bytes) { return (bytes + 63) & ~int64_t(63); }
 
 // Offsets for n workspace slots at this call's sizes; returns the workspace bytes. Slot i must

@@ -11,6 +11,13 @@ The generated host flow is what DISC calls the host side of the program:
   kernel's speculation version from the actual dims, and calls kernels and,
   through the RAL, the GEMM and convolution library.
 
+A ``nonzero`` (boolean-mask indexing) makes a dim known only mid-call: its
+count. ``compute_shapes`` sets the count to its bound (the mask's length), so
+``disc_shapes`` sizes outputs and the workspace for the most it can be; the
+host flow then runs the ``nonzero``, sets the count to what it found, and every
+later step uses it. ``disc_run`` reports the outputs' actual dims, and the
+caller views the leading part of each output buffer at that shape.
+
 The buffer plan is symbolic (which buffers share a slot: provably equal
 sizes, disjoint lifetimes); where each slot sits is decided per call from
 the slot sizes at that shape, packing slots that are never live together
@@ -29,7 +36,16 @@ from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel
 from disc.codegen.cpu.ops import C_TYPES, PRELUDE
 from disc.codegen.cpu.toolchain import UNIT_MARKER
-from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, batch_parts, contiguous_strides
+from disc.codegen.lowering import (
+    KernelStep,
+    LibraryStep,
+    LoweredProgram,
+    Unsupported,
+    View,
+    batch_parts,
+    contiguous_strides,
+    defines_a_count,
+)
 from disc.ir.graph import Node
 from disc.ir.ops.nn import channels_first_axes
 from disc.ir.types import IndexType
@@ -54,6 +70,12 @@ class NativeSource:
     workspace_bound: SymExpr  # bytes: every slot side by side; the run-time placement never needs more
     output_dims: list[tuple]  # per output buffer: its symbolic shape
     symbols: dict[str, str] = field(default_factory=dict)  # root symbol -> C field
+    counts: dict[str, str] = field(default_factory=dict)  # root symbol known mid-call (a nonzero's count) -> its bound
+
+    @property
+    def data_dependent(self) -> bool:
+        """Are some output dims known only once the program has run (``disc_run`` reports them)?"""
+        return bool(self.counts)
 
 
 class _ProgramEmitter:
@@ -64,6 +86,18 @@ class _ProgramEmitter:
         self.names = SymbolNames(self.c)
         self.constants: list[str] = []
         self.lines: list[str] = []
+        self.counts = self._counts()  # root symbol -> the nonzero whose count it is
+
+    def _counts(self) -> dict[str, Node]:
+        out = {}
+        for n in self.g.nodes:
+            if n.op != "nonzero":
+                continue
+            sym = self.c.normalize(n.shape[0]).as_symbol()
+            if sym is None:  # proven equal to a size of the inputs: nothing would check that it is
+                raise Unsupported(f"%{n.name}: its count is {self.c.normalize(n.shape[0])}, a size the program would have to check", [n])
+            out[sym] = n
+        return out
 
     def emit(self) -> NativeSource:
         kernels, calls = self._kernels()
@@ -103,6 +137,7 @@ class _ProgramEmitter:
             ws_expr,
             [o.shape for o in self.lp.output_buffers],
             dict(self.names.fields),
+            {sym: str(n.inputs[0].shape[0]) for sym, n in self.counts.items()},
         )
 
     # -- kernels ------------------------------------------------------------------
@@ -112,6 +147,9 @@ class _ProgramEmitter:
         for step in self.lp.steps:
             if isinstance(step, LibraryStep):
                 calls.append(step)
+                continue
+            if defines_a_count(step):  # the prelude's disc_nonzero, called by the host flow
+                calls.append(KernelCall(step, KernelSource("disc_nonzero", "", ["positions"], [], [*step.outputs, *step.inputs])))
                 continue
             draft = emit_kernel(step, self.names, "KERNEL")
             key = draft.text
@@ -171,6 +209,10 @@ class _ProgramEmitter:
                 out += self._library_call(call)
                 out.append(f"  DISC_STEP_END({k}, 0);")
                 continue
+            if defines_a_count(call.step):
+                out += self._nonzero_call(call.step)
+                out.append(f"  DISC_STEP_END({k}, 0);")
+                continue
             args = ", ".join(["s"] + [self._ptr(n) for n in call.kernel.params])
             ops = ", ".join(n.op for n in call.step.group.nodes)
             out.append(f"  // step {k}: {call.step.kind} -> %{call.step.group.nodes[-1].name} [{ops}]")
@@ -189,6 +231,23 @@ class _ProgramEmitter:
             out.append(f"  DISC_STEP_END({k}, version{k});")
         return out
 
+    def _nonzero_call(self, step: KernelStep) -> list[str]:
+        """The count of a ``nonzero`` replaces its bound from here on, then the checks on it run."""
+        n = step.group.nodes[-1]
+        [mask] = step.inputs
+        sym = self.c.normalize(n.shape[0]).as_symbol()
+        lines = [
+            f"  // %{n.name} = nonzero(%{mask.name}): its count {sym} is known from here on",
+            f"  s.{self.names.field(sym)} = disc_nonzero({self._ptr(mask)}, {self.names.expr(mask.shape[0])}, {self._ptr(n)});",
+        ]
+        order = {m: i for i, m in enumerate(self.g.nodes)}
+        for chk in self.c.checks:  # those whose last count to be known is this one
+            lhs, rhs = self.c.normalize(chk.lhs), self.c.normalize(chk.rhs)
+            counts = (lhs.symbols() | rhs.symbols()) & set(self.counts)
+            if counts and max(counts, key=lambda x: order[self.counts[x]]) == sym:
+                lines += _check_lines(chk.op, self.names.expr(lhs), self.names.expr(rhs), f"{chk.lhs} {chk.op} {chk.rhs} ({chk.reason})")
+        return lines
+
     def _entry_points(self, body: list[str]) -> list[str]:
         out_dims = []
         pos = 0
@@ -196,6 +255,8 @@ class _ProgramEmitter:
             for d in o.shape:
                 out_dims.append(f"  out_dims[{pos}] = {self.names.expr(d)};")
                 pos += 1
+        # Where a count is known only mid-call, disc_run reports the dims it ran at.
+        actual = ["  if (actual_dims) {", *["  " + line.replace("out_dims", "actual_dims") for line in out_dims], "  }"] if self.counts else []
         return [
             'extern "C" int32_t disc_abi_version(void) { return DISC_RAL_ABI_VERSION; }',
             "",
@@ -209,14 +270,16 @@ class _ProgramEmitter:
             "}",
             "",
             'extern "C" int32_t disc_run(const disc_ral* ral, disc_ral_ctx* ctx, const int64_t* dims, void* const* inputs,',
-            "                            void* const* consts, void* const* outputs, void* workspace) {",
-            "  (void)ral; (void)consts; (void)outputs; (void)inputs;",
+            "                            void* const* consts, void* const* outputs, void* workspace, int64_t* actual_dims) {",
+            "  (void)ral; (void)consts; (void)outputs; (void)inputs; (void)actual_dims;",
             "  Shapes s;",
             "  if (int32_t rc = compute_shapes(dims, s, ctx)) return rc;",
             "  char* ws = static_cast<char*>(workspace);",
             "  (void)ws;",
             *body,
-            "  return ctx->failed ? 1 : 0;",
+            "  if (ctx->failed) return 1;",
+            *actual,
+            "  return 0;",
             "}",
         ]
 
@@ -349,10 +412,16 @@ class _ProgramEmitter:
             if sym is not None and sym not in bound:
                 lines.append(f"  s.{self.names.field(sym)} = {code};  // %{n.name}")
                 bound.add(sym)
+        for sym, n in self.counts.items():  # in graph order: a mask's length may be an earlier count's bound
+            most = c.normalize(n.inputs[0].shape[0])
+            if not most.symbols() <= bound:
+                raise Unsupported(f"%{n.name}: the length {most} of its mask is not computable from the input shapes", [n])
+            lines.append(f"  s.{self.names.field(sym)} = {self.names.expr(most)};  // %{n.name}: the most its count can be, until it has run")
+            bound.add(sym)
         for chk in c.checks:
             lhs, rhs = c.normalize(chk.lhs), c.normalize(chk.rhs)
-            if not (lhs.symbols() | rhs.symbols()) <= bound:
-                continue
+            if not (lhs.symbols() | rhs.symbols()) <= bound - set(self.counts):
+                continue  # a check on a count runs once the count is known (_nonzero_call)
             checks.append((chk.op, lhs, rhs, f"{chk.lhs} {chk.op} {chk.rhs} ({chk.reason})"))
         used = set(self.names.fields)
         missing = sorted(used - bound)
@@ -362,15 +431,7 @@ class _ProgramEmitter:
             exprs = [x for x in (lhs, rhs) if not isinstance(x, str)]
             if not all(x.symbols() <= bound for x in exprs):
                 continue  # not decidable from the shapes; the Python-side input checks cover input dims
-            cond = _check_cond(op, lhs if isinstance(lhs, str) else self.names.expr(lhs), self.names.expr(rhs))
-            safe = msg.replace("\\", "\\\\").replace('"', "'").replace("%", "%%")
-            lines += [
-                f"  if (!({cond})) {{",
-                f'    std::snprintf(ctx->error, sizeof ctx->error, "shape check failed: {safe}");',
-                "    ctx->failed = 1;",
-                "    return 2;",
-                "  }",
-            ]
+            lines += _check_lines(op, lhs if isinstance(lhs, str) else self.names.expr(lhs), self.names.expr(rhs), msg)
         lines += ["  return 0;", "}"]
         return lines
 
@@ -412,6 +473,18 @@ extern "C" int32_t disc_profile_steps(void) {{ return {steps}; }}
 #define DISC_STEP_END(k, version)
 #endif
 """
+
+
+def _check_lines(op: str, lhs: str, rhs: str, message: str) -> list[str]:
+    """C++ returning 2 with ``message`` unless ``lhs op rhs`` holds."""
+    safe = message.replace("\\", "\\\\").replace('"', "'").replace("%", "%%")
+    return [
+        f"  if (!({_check_cond(op, lhs, rhs)})) {{",
+        f'    std::snprintf(ctx->error, sizeof ctx->error, "shape check failed: {safe}");',
+        "    ctx->failed = 1;",
+        "    return 2;",
+        "  }",
+    ]
 
 
 def _check_cond(op: str, lhs: str, rhs: str) -> str:
