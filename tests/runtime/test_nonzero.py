@@ -60,7 +60,9 @@ def test_generated_host_flow_plans_at_the_bound_then_binds_the_count() -> None:
     found = run.index(f"s.{count} = disc_nonzero(")
     assert all(run.index(call) > found for call in ("kernel_4(", "if (ral->gemm"))
     assert "actual_dims[0] = s." + count in run
-    assert "disc_nonzero x1: [nonzero]" in disc.explain(cm)
+    text = disc.explain(cm)
+    assert "disc_nonzero x1: [nonzero]" in text
+    assert f"{count} is a count known mid-call: sized at its bound b*((h + 1)//2)*((w + 1)//2)" in text
 
 
 class MaskReductions(nn.Module):

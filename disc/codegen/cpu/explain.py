@@ -45,6 +45,7 @@ def describe_native(native: Any) -> list[str]:
         "-- memory plan (buffers of provably equal size with disjoint lifetimes share a slot; each call packs",
         "   slots never live together into the same bytes, at that call's sizes) --",
         f"  workspace bytes <= {src.workspace_bound} (all slots side by side, each aligned to 64 B)",
+        *[f"  {sym} is a count known mid-call: sized at its bound {bound} until its nonzero has run" for sym, bound in src.counts.items()],
     ]
     lines += lp.describe_slots()
     return lines
