@@ -110,7 +110,7 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
             (tmp / "ral.so").write_bytes(ral)
             manifest["files"]["ral.so"] = _digest(ral)
             manifest["files"]["program.cc"] = _digest(native.source.text.encode())
-            manifest["native"] = {"key": native.build.key, "host": host_digest(), "profile": "-DDISC_PROFILE" in native.source.text}
+            manifest["native"] = {"key": native.build.key, "host": host_digest(), "profile": native.profile}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         if folder.exists():
             if not (folder / "manifest.json").is_file():
@@ -233,7 +233,7 @@ def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:
         # CPU built the library (or it is damaged): the IR is what counts.
         logger.info("disc.load: the saved library of %s does not fit this disc, compiler or CPU; building it here", folder)
         result = build(source.text, f"disc_{graph.name}", **options)
-    return NativeBuild(lowered, source, result, time.perf_counter() - start)
+    return NativeBuild(lowered, source, result, time.perf_counter() - start, manifest["native"]["profile"])
 
 
 def _ral(folder: Path, manifest: dict) -> Any:

@@ -52,6 +52,7 @@ class NativeBuild:
     source: NativeSource
     build: BuildResult
     seconds: float
+    profile: bool = False  # built with the per-step counters (DISC_PROFILE)
 
 
 def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
@@ -66,7 +67,7 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     start = time.perf_counter()
     lowered, source = native_source(graph)
     result = build(source.text, f"disc_{graph.name}", **build_options(profile))
-    return NativeBuild(lowered, source, result, time.perf_counter() - start)
+    return NativeBuild(lowered, source, result, time.perf_counter() - start, profile)
 
 
 def native_source(graph: Graph) -> tuple[LoweredProgram, NativeSource]:

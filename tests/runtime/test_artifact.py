@@ -238,3 +238,19 @@ def test_a_saved_fallback_this_torch_lacks_is_an_error(tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match="no operator aten::no_such_op.default"):
         disc.load(folder)
+
+
+def test_a_profiling_build_loads_as_saved(tmp_path, monkeypatch):
+    """A program built with DISC_PROFILE=1 is saved as one: loading it reuses its library (no
+    build) and its per-step counters work."""
+    monkeypatch.setenv("DISC_PROFILE", "1")
+    monkeypatch.setenv("DISC_PROGRAM_CACHE", "0")
+    torch.manual_seed(0)
+    model = Block().eval()
+    cm = disc.compile(model, _inputs(2, 5), dynamic=DYN)
+    folder = cm.save(tmp_path / "profiled")
+    assert json.loads((folder / "manifest.json").read_text())["native"]["profile"] is True
+    loaded = disc.load(folder)
+    assert loaded.executor.native.build.path == folder / "program.so"
+    _check(model, loaded)
+    assert sum(step["ns"] for step in loaded.executor.step_profile()) > 0
