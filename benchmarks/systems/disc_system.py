@@ -62,9 +62,14 @@ class DiscSaved(Disc):
 
 class PluginRunner(Runner):
     """``torch.compile(model, backend="disc", dynamic=True)``, on a private copy of the forward's code
-    (as the inductor systems do: its own dynamo cache and recompile limit)."""
+    (as the inductor systems do: its own dynamo cache and recompile limit).
 
-    def __init__(self, model: Any) -> None:
+    ``capture_selections`` traces data-dependent ops such as a boolean mask's ``nonzero`` into the
+    graph (dynamo's ``capture_dynamic_output_shape_ops``, as README's plug-in section advises)
+    instead of breaking the graph around them; it is set around this runner's calls only, so the
+    inductor systems in the same process keep dynamo's default."""
+
+    def __init__(self, model: Any, capture_selections: bool = False) -> None:
         from benchmarks.systems.inductor import _private_forward
         from disc.frontends.torch.dynamo import disc_backend
 
@@ -76,6 +81,13 @@ class PluginRunner(Runner):
             return disc_backend(gm, example_inputs)
 
         self.fn = torch.compile(_private_forward(model), backend=backend, dynamic=True)
+        self.capture_selections = capture_selections
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        if not self.capture_selections:
+            return self.fn(*args)
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            return self.fn(*args)
 
     @property
     def compilations(self) -> int:
@@ -84,7 +96,7 @@ class PluginRunner(Runner):
 
 class DiscPlugin(Disc):
     def prepare(self, model, workload, example, ctx, workdir):  # type: ignore[override]
-        return PluginRunner(model)
+        return PluginRunner(model, capture_selections="data-dependent" in workload.tags)
 
 
 _PRELOAD = (*EXPORT_PRELOAD, "sympy", "disc.frontends.torch.export", "disc.frontends.torch.lowering", "disc.passes.pipeline", "disc.runtime.native")

@@ -180,3 +180,23 @@ def test_a_small_selection_does_not_keep_the_bound_buffer() -> None:
     x[:] = 4.0  # all of them: the buffer is used as it is
     every = cm(x)
     assert every.numel() == x.numel() and torch.equal(every, x * 2)
+
+
+def test_plugin_mode_keeps_the_selection_in_one_native_graph() -> None:
+    """With dynamo told to trace data-dependent ops (README, plug-in mode), torch.compile hands disc the
+    whole detector, nonzero included, and it runs as one native program: no graph break."""
+    torch.manual_seed(0)
+    model = DetectLike().eval()
+    torch._dynamo.reset()
+    before = len(disc.reports())
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    g = torch.Generator().manual_seed(9)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), torch.no_grad():
+        for shape in [(2, 3, 24, 20), (3, 3, 33, 47), (2, 3, 8, 8)]:
+            x = torch.randn(*shape, generator=g)
+            want, got = model(x), compiled(x)
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    made = disc.reports()[before:]
+    assert len(made) == 1  # one graph for all three shapes (none has a size-1 dim)
+    assert made[0].backend.name == "native-cpu" and made[0].fallbacks == {}
