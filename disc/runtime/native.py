@@ -233,7 +233,9 @@ class NativeExecutor:
 
     def run(self, inputs: Sequence[torch.Tensor], out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """Outputs for ``inputs``; ``out`` optionally supplies the output buffers (one per
-        ``output_buffers`` entry, contiguous, of the exact shape and dtype), as torch's ``out=``."""
+        ``output_buffers`` entry, contiguous, of the exact shape and dtype), as torch's ``out=``.
+        Where a program's output dims include a count known mid-call, that exact shape is the one
+        at the count's bound (``disc_shapes``'), and the output returned is a view of its start."""
         inputs = [t.contiguous() for t in inputs]
         if out is not None and len(out) != len(self._out_meta):
             raise ValueError(f"out: expected {len(self._out_meta)} buffers, got {len(out)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_segments import DETECT_DYNAMIC, DETECT_SHAPES, DetectLike
+from test_segments import DETECT_DYNAMIC, DETECT_SHAPES, DetectLike, check_concurrent_calls
 from torch import nn
 
 import disc
@@ -129,19 +129,7 @@ def test_concurrent_calls_with_different_counts(run_in_threads) -> None:
     model = DetectLike().eval()
     cm = disc.compile(model, (torch.randn(2, 3, 24, 20),), dynamic=DETECT_DYNAMIC)
     _native(cm)
-    g = torch.Generator().manual_seed(5)
-    cases = [torch.randn(*s, generator=g) for s in [(1, 3, 9, 13), (2, 3, 40, 32), (3, 3, 17, 5), (1, 3, 64, 64), (1, 3, 1, 1)] * 3]
-    with torch.no_grad():
-        expected = [model(x) for x in cases]
-    got: list = [None] * len(cases)
-
-    def work(i: int) -> None:
-        with torch.no_grad():
-            got[i] = cm(cases[i])
-
-    run_in_threads(work, len(cases))
-    for e, o in zip(expected, got):
-        assert o.shape == e.shape and torch.allclose(o, e, rtol=1e-4, atol=1e-5)
+    check_concurrent_calls(model, cm, run_in_threads, seed=5)
 
 
 def test_saved_and_loaded(tmp_path) -> None:
