@@ -240,30 +240,29 @@ class _ProgramEmitter:
             f"  // %{n.name} = nonzero(%{mask.name}): its count {sym} is known from here on",
             f"  s.{self.names.field(sym)} = disc_nonzero({self._ptr(mask)}, {self.names.expr(mask.shape[0])}, {self._ptr(n)});",
         ]
-        order = {m: i for i, m in enumerate(self.g.nodes)}
+        known_in_order = list(self.counts)  # graph order, so the order they become known in
         for chk in self.c.checks:  # those whose last count to be known is this one
             lhs, rhs = self.c.normalize(chk.lhs), self.c.normalize(chk.rhs)
             counts = (lhs.symbols() | rhs.symbols()) & set(self.counts)
-            if counts and max(counts, key=lambda x: order[self.counts[x]]) == sym:
+            if counts and max(counts, key=known_in_order.index) == sym:
                 lines += _check_lines(chk.op, self.names.expr(lhs), self.names.expr(rhs), f"{chk.lhs} {chk.op} {chk.rhs} ({chk.reason})")
         return lines
 
+    def _output_dims(self, array: str, indent: str = "  ") -> list[str]:
+        """C++ writing every output buffer's dims, in order, into ``array``."""
+        dims = [d for o in self.lp.output_buffers for d in o.shape]
+        return [f"{indent}{array}[{k}] = {self.names.expr(d)};" for k, d in enumerate(dims)]
+
     def _entry_points(self, body: list[str]) -> list[str]:
-        out_dims = []
-        pos = 0
-        for o in self.lp.output_buffers:
-            for d in o.shape:
-                out_dims.append(f"  out_dims[{pos}] = {self.names.expr(d)};")
-                pos += 1
         # Where a count is known only mid-call, disc_run reports the dims it ran at.
-        actual = ["  if (actual_dims) {", *["  " + line.replace("out_dims", "actual_dims") for line in out_dims], "  }"] if self.counts else []
+        actual = ["  if (actual_dims) {", *self._output_dims("actual_dims", "    "), "  }"] if self.counts else []
         return [
             'extern "C" int32_t disc_abi_version(void) { return DISC_RAL_ABI_VERSION; }',
             "",
             'extern "C" int32_t disc_shapes(const int64_t* dims, int64_t* out_dims, int64_t* workspace_bytes, disc_ral_ctx* ctx) {',
             "  Shapes s;",
             "  if (int32_t rc = compute_shapes(dims, s, ctx)) return rc;",
-            *out_dims,
+            *self._output_dims("out_dims"),
             *self._placement(),
             "  *workspace_bytes = ws_bytes;",
             "  return 0;",
