@@ -102,6 +102,11 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
         # gradients (AOTAutograd names them), its outputs the input gradients.
         return compile_or_keep(fx_gm, fx_inputs, "backward", {}, {}, {})
 
+    # Dynamo's DDP graph splitting runs the first call of each piece itself, to use up the fake
+    # outputs AOTAutograd gives at a first call, only when this counter says AOTAutograd ran.
+    from torch._dynamo.utils import counters
+
+    counters["aot_autograd"]["total"] += 1
     compiled = aot_module_simplified(
         gm,
         list(example_inputs),
@@ -119,12 +124,15 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
 
 
 def _decompositions() -> dict[Any, Callable[..., Any]]:
-    """Core ATen, plus training-mode BatchNorm (with its running-statistics update) as plain ops."""
+    """Core ATen, plus training-mode BatchNorm (with or without running statistics) as plain ops."""
     from torch._decomp import core_aten_decompositions, get_decompositions
 
     aten = torch.ops.aten
     table = dict(core_aten_decompositions())
-    table.update(get_decompositions([aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward]))
+    # torch decomposes the CPU flash-attention kernel into math that returns the probability
+    # matrix where its backward reads logsumexp: disc lowers the kernel itself (lowering_attention).
+    table.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    table.update(get_decompositions([aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit, aten.native_batch_norm_backward]))
     return table
 
 
@@ -287,7 +295,15 @@ def _compile_aten(
     constants = {placeholders[pos].target: value.detach() for pos, value in constants_at.items()}
     specs: list[InputSpec] = []
     tensor_positions: list[int] = []
+    carried = {d.node.expr for pos, v in enumerate(fx_inputs) if pos not in constants_at and isinstance(v, torch.Tensor) for d in v.shape if isinstance(d, torch.SymInt)}
+    size_positions: set[int] = set()  # SymInt inputs no tensor carries: passed as empty tensors' dims
     for pos, (node, val) in enumerate(zip(placeholders, fx_inputs)):
+        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol and val.node.expr not in carried:
+            carried.add(val.node.expr)
+            size_positions.add(pos)
+            specs.append(InputSpec(names.get(pos, node.target)))
+            tensor_positions.append(pos)
+            continue
         if pos in constants_at or not isinstance(val, torch.Tensor):
             continue  # constants, and SymInt sizes (disc recomputes them from tensor dims)
         dims = {axis: str(d.node.expr) for axis, d in enumerate(val.shape) if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
@@ -296,7 +312,8 @@ def _compile_aten(
     title = f"torch.compile graph {len(_reports_from_dynamo()) + 1}" + ("" if kind == "forward" else f" ({kind})")
 
     def build() -> tuple[Any, Any, CompileReport]:
-        importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True, allow_rng=True)
+        size_inputs = frozenset(placeholders[p].target for p in size_positions)
+        importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True, allow_rng=True, size_inputs=size_inputs)
         graph = run_pipeline(importer.graph)
         executor, choice = make_executor(graph, importer.fallbacks, device=example_device(fx_inputs))
         report = CompileReport(
@@ -330,7 +347,7 @@ def _compile_aten(
         program[:] = [fresh, fresh_report]
 
     def run(*args: Any) -> list[Any]:
-        tensors = [args[p] for p in tensor_positions]
+        tensors = [_size_carrier(args[p], check_inputs.device) if p in size_positions else args[p] for p in tensor_positions]
         if seeded:  # from torch's generator, so torch.manual_seed reproduces the draws
             tensors.append(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64, device=check_inputs.device))
         check_inputs(tensors)
@@ -343,6 +360,11 @@ def _compile_aten(
         return host_outputs.assemble(outs, args)
 
     return make_boxed_func(run)
+
+
+def _size_carrier(size: Any, device: Any) -> torch.Tensor:
+    """An empty tensor whose first dim is ``size``: how a program takes a size as an input."""
+    return torch.empty((int(size), 0), dtype=torch.int8, device=device)
 
 
 def _size_function(expr: Any, symbols: list[Any]) -> Callable[..., int]:

@@ -290,6 +290,13 @@ class Importer:
         self.fallback_counts[target_name] = self.fallback_counts.get(target_name, 0) + 1
         val = fx_node.meta.get("val")
         outs = list(val) if isinstance(val, (list, tuple)) else [val]
+        if isinstance(val, torch.SymInt):
+            # A size computed by an op disc has no lowering for (math.ceil of a size ratio):
+            # torch's trace knows it as an expression over the graph's symbols.
+            try:
+                return self.index(self.sym_to_expr(val))
+            except (LoweringError, NotImplementedError, TypeError, ValueError):
+                pass
         if not any(isinstance(v, torch.Tensor) for v in outs):
             # A value disc cannot hold (a SymFloat, a SymBool for a torch._check): fine while
             # nothing reads it; an op that does cannot be imported (see ``slot``).
@@ -329,6 +336,7 @@ def import_fx(
     symbol_hints: dict[Any, str] | None = None,
     allow_host_outputs: bool = False,
     allow_rng: bool = False,
+    size_inputs: frozenset[str] = frozenset(),
 ) -> Importer:
     """Import an ATen FX graph.
 
@@ -356,6 +364,14 @@ def import_fx(
             imp.env[node] = g.add_constant(constants[node.target], _clean(node.target))
         elif isinstance(val, torch.Tensor):
             imp.env[node] = _add_input(imp, next(user_inputs), val)
+        elif node.target in size_inputs:
+            # A size no tensor input has as a dim (a backward's count of embedding rows): the
+            # caller passes it as the first dim of an empty tensor, so it is checked and bound
+            # like any other dim.
+            size = imp.sym_to_expr(val)
+            carrier = g.add_input(next(user_inputs).name, TensorType("i8", (size, 0)))
+            imp.register_dims(carrier)
+            imp.env[node] = imp.index(size)
     for node in placeholders:
         if node not in imp.env:
             imp.env[node] = imp.index(imp.sym_to_expr(node.meta.get("val")))

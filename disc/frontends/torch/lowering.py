@@ -195,6 +195,30 @@ SYMINT_OPS[operator.sub] = _sym("isub")
 SYMINT_OPS[operator.floordiv] = _sym("ifloordiv")
 SYMINT_OPS[torch.sym_max] = _sym("imax")
 SYMINT_OPS[torch.sym_min] = _sym("imin")
+
+
+def _sym_sum(ctx: Importer, items: Sequence[Any]) -> Node:
+    """``torch.sym_sum``: one size from a list of sizes and integers (a padded length)."""
+    total = items[0] if isinstance(items[0], Node) else ctx.index(int(items[0]))
+    for item in items[1:]:
+        total = _sym("iadd")(ctx, total, item)
+    return total
+
+
+SYMINT_OPS[torch.sym_sum] = _sym_sum
+
+
+def _sym_pow(ctx: Importer, a: Any, b: Any) -> Node:
+    """A size to a small constant power (a patch grid's area): repeated products."""
+    if not isinstance(b, int) or not 0 <= b <= 8:
+        raise LoweringError(f"a size to the power {b}")
+    total = ctx.index(1)
+    for _ in range(b):
+        total = _sym("imul")(ctx, total, a)
+    return total
+
+
+SYMINT_OPS[operator.pow] = _sym_pow
 SYMINT_OPS[operator.neg] = lambda ctx, a: ctx.graph.add("isub", (ctx.index(0), a))
 # SymInt / SymInt is a SymFloat (BatchNorm's unbiased-variance factor n / (n - 1)): a 0-d
 # f64 tensor computed from the index values, which tensor ops then read as a scalar.
@@ -442,4 +466,4 @@ LOWERINGS[aten.tril.default] = _tri(False)
 
 
 # The rest of the table lives beside this file, split by topic.
-from disc.frontends.torch import lowering_composite, lowering_movement, lowering_nn, lowering_pointwise  # noqa: E402,F401
+from disc.frontends.torch import lowering_attention, lowering_composite, lowering_movement, lowering_nn, lowering_pointwise  # noqa: E402,F401

@@ -10,7 +10,6 @@ reuses the core op's lowering, so both paths agree by construction.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,10 +27,8 @@ from disc.frontends.torch.lowering import (
     lower,
     meta_dtype,
     norm_axis,
-    reduce,
     reshape,
     size_value,
-    triangle,
 )
 from disc.frontends.torch.lowering_movement import _permute, _select, _split, slice_axis, view
 from disc.frontends.torch.lowering_nn import (
@@ -76,33 +73,6 @@ def _softmax_composite(ctx: Importer, fx_node, x: Node, dim: int, dtype: torch.d
 @lower(aten.log_softmax.int)
 def _log_softmax_composite(ctx: Importer, fx_node, x: Node, dim: int, dtype: torch.dtype | None = None) -> Node:
     return _log_softmax(ctx, fx_node, _in_dtype(ctx, x, dtype), dim)
-
-
-@lower(aten.scaled_dot_product_attention.default)
-def _attention(
-    ctx: Importer, fx_node, q: Node, k: Node, v: Node, mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None, enable_gqa: bool = False
-) -> Node:
-    """softmax(q @ k^T * scale + mask) @ v, with eager's conventions: a bool mask keeps where
-    true, ``is_causal`` keeps key j <= query i, and a row with every key masked gives 0."""
-    if dropout_p or enable_gqa:
-        raise LoweringError("scaled_dot_product_attention with dropout or grouped-query heads")
-    rank, head = q.tensor_type.rank, q.shape[-1]
-    if scale is None:
-        if not isinstance(head, int):
-            raise LoweringError("scaled_dot_product_attention with a dynamic head size and no scale")
-        scale = 1.0 / math.sqrt(head)
-    scores = _matmul(ctx, fx_node, q, _permute(ctx, fx_node, k, [*range(rank - 2), rank - 1, rank - 2]))
-    scores = elementwise(ctx, "mul", [scores, float(scale)], scores.dtype)
-    minus_inf = float("-inf")
-    if is_causal:
-        scores = _where(ctx, fx_node, triangle(ctx, q.shape[-2], k.shape[-2], upper=False), scores, minus_inf)
-    if mask is not None:
-        scores = _where(ctx, fx_node, mask, scores, minus_inf) if mask.dtype == "i1" else elementwise(ctx, "add", [scores, mask], scores.dtype)
-    weights = _softmax(ctx, fx_node, scores, -1)
-    if mask is not None:  # exp(-inf - -inf) is NaN; eager's attention gives such rows 0
-        empty = elementwise(ctx, "eq", [reduce(ctx, scores, [rank - 1], "max", True), minus_inf], scores.dtype)
-        weights = _where(ctx, fx_node, empty, 0.0, weights)
-    return _matmul(ctx, fx_node, weights, v)
 
 
 @lower(aten.dropout.default)

@@ -13,7 +13,18 @@ from typing import Any
 import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import aten, broadcast_to, convert, lower, meta_dtype, norm_axis, reshape, size_value
+from disc.frontends.torch.lowering import (
+    aten,
+    broadcast_to,
+    convert,
+    elementwise,
+    lower,
+    meta_dtype,
+    norm_axis,
+    reshape,
+    scalar,
+    size_value,
+)
 from disc.ir.graph import Node
 from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
 
@@ -184,10 +195,33 @@ def _cat(ctx: Importer, fx_node, tensors: Sequence[Node], axis: int = 0) -> Node
 @lower(aten.constant_pad_nd.default)
 def _pad(ctx: Importer, fx_node, x: Node, pad: Sequence[int], value: float = 0.0) -> Node:
     rank = x.tensor_type.rank
+    if any(isinstance(p, Node) for p in pad):
+        return _pad_dynamic(ctx, x, pad, value)
     low, high = [0] * rank, [0] * rank
     for i in range(len(pad) // 2):
         low[rank - 1 - i], high[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
     return ctx.graph.add("pad", (x,), {"low": tuple(low), "high": tuple(high), "value": float(value)})
+
+
+def _pad_dynamic(ctx: Importer, x: Node, pad: Sequence[Any], value: float) -> Node:
+    """Padding by amounts computed from sizes ("same" padding, which depends on a size's parity):
+    blocks of ``value`` concatenated on each side, one axis at a time."""
+    rank = x.tensor_type.rank
+    c = ctx.graph.constraints
+    for i in range(len(pad) // 2):
+        axis = rank - 1 - i
+        parts = []
+        for side, amount in (("low", pad[2 * i]), ("high", pad[2 * i + 1])):
+            size = size_value(ctx, amount)
+            if isinstance(size, int) and size < 0:
+                raise LoweringError("constant_pad_nd that crops (a negative amount) beside a computed one")
+            if not isinstance(size, int) and not c.prove_ge(size, 0):
+                c.assume(size, ">=", 0, "constant_pad_nd: a computed padding amount must not be negative")
+            shape = [size if k == axis else d for k, d in enumerate(x.shape)]
+            parts.append((side, broadcast_to(ctx, scalar(ctx, value, x.dtype), shape)))
+        blocks = [parts[0][1], x, parts[1][1]]
+        x = ctx.graph.add("concat", blocks, {"axis": axis})
+    return x
 
 
 @lower(aten.embedding.default)
@@ -263,21 +297,36 @@ def _scatter_add(ctx: Importer, fx_node, x: Node, axis: int, index: Node, src: N
 
 @lower(aten.index_put.default)
 def _index_put(ctx: Importer, fx_node, x: Node, indices: Sequence[Any], values: Node, accumulate: bool = False) -> Node:
-    """``x[idx] += values`` along dim 0: the gradient of an embedding lookup or of ``x[idx]``."""
+    """``x[:, ..., idx] += values`` along the axis of the one index tensor: the gradient of an
+    embedding lookup, of ``x[idx]`` or of ``index_select``."""
     if not accumulate:
         raise LoweringError("index_put that assigns (accumulate=False): duplicate indices make it order-dependent")
-    if len(indices) != 1 or indices[0] is None:
-        raise LoweringError("index_put with several index tensors or a leading None")
-    idx = indices[0]
+    tensors = [i for i in indices if i is not None]
+    if len(tensors) != 1 or indices[-1] is None:
+        raise LoweringError("index_put with several index tensors or a None after the index")
+    axis, idx = len(indices) - 1, tensors[0]
     if idx.dtype not in ("i64", "i32"):
         raise LoweringError(f"index_put with a {idx.dtype} index (boolean masks have data-dependent shapes)")
     n = idx.tensor_type.numel()
-    rest = list(x.shape[1:])
-    vals = broadcast_to(ctx, convert(ctx, values, x.dtype), [*idx.shape, *rest])
-    vals = reshape(ctx, vals, [n, *rest])
+    lead, rest = list(x.shape[:axis]), list(x.shape[axis + 1 :])
+    vals = broadcast_to(ctx, convert(ctx, values, x.dtype), [*lead, *idx.shape, *rest])
+    vals = reshape(ctx, vals, [*lead, n, *rest])
     flat = reshape(ctx, idx, [n])
-    index = ctx.graph.add("broadcast_in_dim", (flat, *ctx.sizes([n, *rest])), {"dims": (0,)})
-    return ctx.graph.add("scatter_add", (x, index, vals), {"axis": 0})
+    index = ctx.graph.add("broadcast_in_dim", (flat, *ctx.sizes([*lead, n, *rest])), {"dims": (axis,)})
+    return ctx.graph.add("scatter_add", (x, index, vals), {"axis": axis})
+
+
+@lower(aten.scatter.value)
+def _scatter_value(ctx: Importer, fx_node, x: Node, axis: int, index: Node, value: Any) -> Node:
+    """``x`` with ``value`` written where ``index`` points along ``axis`` (a one-hot, in the
+    gradient of a cross-entropy): every write stores the same value, so the order of duplicates
+    does not matter. Marks the hits with a scatter-add of ones, then selects."""
+    axis = norm_axis(axis, x.tensor_type.rank)
+    zeros = broadcast_to(ctx, scalar(ctx, 0, "i32"), x.shape)
+    ones = broadcast_to(ctx, scalar(ctx, 1, "i32"), index.shape)
+    hits = ctx.graph.add("scatter_add", (zeros, convert(ctx, index, "i64"), ones), {"axis": axis})
+    chosen = elementwise(ctx, "gt", [hits, 0], "i32")
+    return ctx.graph.add("select", (chosen, broadcast_to(ctx, scalar(ctx, value, x.dtype), x.shape), x))
 
 
 @lower(aten.slice_scatter.default)

@@ -1,0 +1,110 @@
+"""The third-party model suite on a CUDA GPU: a device script, run by hand on a lent GPU machine.
+
+    PYTHONPATH=tests/third_party python tests/third_party/gpu_check.py [--out results.json] [--archs bert,gpt2]
+
+For each architecture of ``hf_zoo`` it runs ``torch.compile(model, backend="disc", dynamic=True)``
+on CUDA over the first shapes of the stream (size-1 first), in inference and in training, and
+compares outputs and every parameter's gradient with eager on CUDA (TF32 off on both sides, so
+the comparison is in full float32), then one bfloat16 inference. Every architecture is tried
+whatever happened to the previous one; the summary says, per architecture and mode, the worst
+error or the exception, the compilations and the ops disc left to PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+import traceback
+from typing import Any
+
+import torch
+from hf_zoo import ARCHS, Arch, weighted_sum
+
+import disc
+
+POINTS = 3  # stream points per mode: the size-1 start, the first general shape, one more
+
+
+def _to(value: Any, device: str, dtype: torch.dtype | None = None) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.to(device)
+        return value.to(dtype) if dtype is not None and value.is_floating_point() else value
+    return value
+
+
+def _inputs(arch: Arch, b: int, n: int, seed: int, dtype: torch.dtype | None = None) -> tuple[tuple, dict]:
+    args, kwargs = arch.inputs(b, n, seed)
+    return tuple(_to(a, "cuda", dtype) for a in args), {k: _to(v, "cuda", dtype) for k, v in kwargs.items()}
+
+
+def _error(outs: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    return max((o.double() - w.double()).abs().max().item() / max(w.double().abs().max().item(), 1.0) for o, w in zip(outs, want))
+
+
+def _run(arch: Arch, mode: str) -> dict[str, Any]:
+    torch._dynamo.reset()
+    dtype = torch.bfloat16 if mode == "bf16-infer" else None
+    model = arch.build().cuda()
+    if dtype is not None:
+        model = model.to(dtype)
+    model.train(mode == "train")
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    before = len(disc.reports())
+    worst, worst_grad = 0.0, 0.0
+    for k, (b, n) in enumerate(arch.stream[:POINTS]):
+        args, kwargs = _inputs(arch, b, n, k, dtype)
+        if mode != "train":
+            with torch.no_grad():
+                worst = max(worst, _error(arch.output(compiled(*args, **kwargs)), arch.output(ref(*args, **kwargs))))
+            continue
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        want = arch.output(ref(*args, **kwargs))
+        weighted_sum([w.cpu() for w in want]).backward()  # the loss weights are drawn on the CPU
+        outs = arch.output(compiled(*args, **kwargs))
+        weighted_sum([o.cpu() for o in outs]).backward()
+        worst = max(worst, _error([o.detach() for o in outs], [w.detach() for w in want]))
+        grads = [(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters()) if q.grad is not None]
+        top = max(q.abs().max().item() for _, q in grads)
+        for g, q in grads:
+            if g is None:
+                raise AssertionError("a parameter has a gradient in eager, none compiled")
+            worst_grad = max(worst_grad, (g - q).abs().max().item() / max(q.abs().max().item(), 1e-2 * top))
+    reports = disc.reports()[before:]
+    fallbacks: dict[str, int] = {}
+    for r in reports:
+        for op, count in r.fallbacks.items():
+            fallbacks[op] = fallbacks.get(op, 0) + count
+    return {"worst_output": worst, "worst_gradient": worst_grad, "compilations": len(reports), "fallbacks": fallbacks}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gpu_check.json")
+    parser.add_argument("--archs", default=",".join(sorted(ARCHS)))
+    parser.add_argument("--modes", default="infer,train,bf16-infer")
+    opts = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    results = []
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
+    for name in opts.archs.split(","):
+        for mode in opts.modes.split(","):
+            start = time.perf_counter()
+            try:
+                row = {"arch": name, "mode": mode, **_run(ARCHS[name], mode)}
+            except Exception as e:  # the summary records it and goes on to the next architecture
+                row = {"arch": name, "mode": mode, "error": f"{type(e).__name__}: {e}"[:400], "where": traceback.format_exc()[-1200:]}
+            row["seconds"] = round(time.perf_counter() - start, 1)
+            results.append(row)
+            short = row.get("error") or f"out {row['worst_output']:.1e} grad {row['worst_gradient']:.1e} compiled {row['compilations']} fb {row['fallbacks']}"
+            print(f"{name:14s} {mode:10s} {row['seconds']:6.1f}s  {short}", flush=True)
+            with open(opts.out, "w") as f:
+                json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

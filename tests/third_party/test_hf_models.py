@@ -1,0 +1,271 @@
+"""Third-party models (Hugging Face ``transformers``, small configs, random weights) against eager.
+
+Each architecture of ``hf_zoo`` runs its shape stream, which starts with a size-1 batch or
+sequence, three ways:
+
+- ``plugin-infer``: ``torch.compile(model, backend="disc", dynamic=True)`` under ``no_grad``;
+- ``plugin-train``: the same in training mode, the gradient of every parameter compared;
+- ``compile-infer``: ``disc.compile`` with the dims that vary along the stream named dynamic.
+
+Outputs must be within 1e-4 of eager (relative to the output's scale), every gradient within
+1e-4 of eager relative to that parameter's gradient scale, floored at 1% of the model's largest
+gradient: a gradient that is 0 in theory (a key bias under softmax) is rounding noise in eager
+too. Once a graph was traced at sizes above 1, no later call may compile again (dynamo makes
+a dim that is 1 at a frame's first trace a constant, so a stream starting at 1 compiles that
+first graph for the 1; docs/architecture.md, "Plug-in mode").
+
+With ``DISC_SUITE_REPORT=<folder>`` each test writes what it saw there (correctness,
+compilations, graph breaks, ops run by PyTorch); ``python tests/third_party/report.py <folder>``
+turns that into the table of docs/models.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_zoo import ARCHS, Arch, weighted_sum
+
+import disc
+
+MODES = ["plugin-infer", "plugin-train", "compile-infer"]
+RTOL = 1e-4
+
+
+def _report(arch: str, mode: str, **fields: Any) -> None:
+    folder = os.environ.get("DISC_SUITE_REPORT")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{arch}--{mode}.json").write_text(json.dumps({"arch": arch, "mode": mode, **fields}, indent=1, default=str))
+
+
+def _output_error(outs: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    assert len(outs) == len(want), (len(outs), len(want))
+    worst = 0.0
+    for o, w in zip(outs, want):
+        assert o.shape == w.shape and o.dtype == w.dtype, (o.shape, w.shape, o.dtype, w.dtype)
+        worst = max(worst, (o.double() - w.double()).abs().max().item() / max(w.abs().max().item(), 1.0))
+    return worst
+
+
+def _gradient_errors(model: torch.nn.Module, ref: torch.nn.Module) -> dict[str, float]:
+    pairs = [(n, p.grad, q.grad) for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters())]
+    top = max((r.abs().max().item() for _, _, r in pairs if r is not None), default=0.0)
+    errors = {}
+    for name, g, r in pairs:
+        if r is None:
+            assert g is None, f"{name}: the compiled model has a gradient, eager none"
+            continue
+        assert g is not None, f"{name}: eager has a gradient, the compiled model none"
+        scale = max(r.abs().max().item(), 1e-2 * top, 1e-30)
+        errors[name] = (g - r).abs().max().item() / scale
+    return errors
+
+
+def _against_float64(
+    arch: Arch, start: torch.nn.Module, inputs: tuple[tuple, dict], model: torch.nn.Module, ref: torch.nn.Module, outs: list[torch.Tensor], want: list[torch.Tensor]
+) -> tuple[float, dict[str, float]]:
+    """disc's distances from a float64 run of the same step, where they exceed both 1e-4 and
+    twice eager's own distance (0 where disc is within either)."""
+    exact = start.double()
+    args, kwargs = inputs
+    as64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    truth = arch.output(exact(*map(as64, args), **{k: as64(v) for k, v in kwargs.items()}))
+    weighted_sum([t.float() for t in truth]).backward()  # the same loss weights, in float64 through autograd
+    ratio = lambda ours, eager: 0.0 if ours <= max(RTOL, 2 * eager) else ours  # noqa: E731
+
+    def dist(a: torch.Tensor, b: torch.Tensor) -> float:
+        return (a.double() - b.double()).abs().max().item() / max(b.abs().max().item(), 1e-30)
+
+    out_error = max(ratio(dist(o.detach(), t), dist(w.detach(), t)) for o, w, t in zip(outs, want, truth))
+    grads = {n: p.grad for n, p in exact.named_parameters() if p.grad is not None}
+    errors = {}
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        if name in grads and q.grad is not None:
+            errors[name] = ratio(dist(p.grad, grads[name]), dist(q.grad, grads[name]))
+    return out_error, errors
+
+
+class _Compilations:
+    """disc's compile reports and dynamo's graph-break count, from one point on."""
+
+    def __init__(self) -> None:
+        from torch._dynamo.utils import counters
+
+        self.counters = counters
+        self.reports = len(disc.reports())
+        self.breaks = sum(counters["graph_break"].values())
+
+    def new(self) -> list[Any]:
+        return disc.reports()[self.reports :]
+
+    def graph_breaks(self) -> int:
+        return sum(self.counters["graph_break"].values()) - self.breaks
+
+
+def _fallback_ops(reports: list[Any]) -> dict[str, int]:
+    ops: dict[str, int] = {}
+    for r in reports:
+        for op, n in r.fallbacks.items():
+            ops[op] = ops.get(op, 0) + n
+    return ops
+
+
+def _stream_checks(arch: Arch, step: Callable[[int, int, int], float], seen: _Compilations) -> dict[str, Any]:
+    """Run ``step(batch, length, seed)`` (returns its worst error) over the stream; say where it compiled."""
+    errors, compiled_at, recompiled_after_general = [], [], []
+    general = False
+    for k, (b, n) in enumerate(arch.stream):
+        before = len(seen.new())
+        errors.append(step(b, n, k))
+        if len(seen.new()) > before:
+            compiled_at.append((b, n))
+            if general and min(b, n) == 1:  # a size-1 dim made it compile again
+                recompiled_after_general.append((b, n))
+        general |= min(b, n) > 1
+    return {"errors": errors, "compiled_at": compiled_at, "recompiled_after_general": recompiled_after_general}
+
+
+def _plugin(arch: Arch, train: bool) -> dict[str, Any]:
+    torch._dynamo.reset()
+    model = arch.build().train(train)
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    seen = _Compilations()
+    grad_errors: dict[str, float] = {}
+
+    def step(b: int, n: int, seed: int) -> float:
+        args, kwargs = arch.inputs(b, n, seed)
+        if not train:
+            with torch.no_grad():
+                return _output_error(arch.output(compiled(*args, **kwargs)), arch.output(ref(*args, **kwargs)))
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        before = copy.deepcopy(ref)  # BatchNorm's running statistics change with each step
+        want = arch.output(ref(*args, **kwargs))
+        weighted_sum(want).backward()
+        outs = arch.output(compiled(*args, **kwargs))
+        weighted_sum(outs).backward()
+        errors = _gradient_errors(model, ref)
+        out_error = _output_error([o.detach() for o in outs], [w.detach() for w in want])
+        if max([out_error, *errors.values()]) > RTOL:
+            # Batch statistics over a few values per channel amplify float32 rounding past 1e-4
+            # in eager too: then disc must be as close to a float64 run as eager is.
+            out_error, errors = _against_float64(arch, before, (args, kwargs), model, ref, outs, want)
+        for name, e in errors.items():
+            grad_errors[f"{name} at {(b, n)}"] = e
+        return out_error
+
+    start = time.perf_counter()
+    result = _stream_checks(arch, step, seen)
+    reports = seen.new()
+    result.update(
+        seconds=time.perf_counter() - start,
+        graphs=sum(not r.name.endswith("(backward)") for r in reports),
+        backward_graphs=sum(r.name.endswith("(backward)") for r in reports),
+        not_compiled=[r.name for r in reports if r.graph.name == "not_compiled"],
+        graph_breaks=seen.graph_breaks(),
+        fallbacks=_fallback_ops(reports),
+        worst_gradient=max(grad_errors.items(), key=lambda kv: kv[1], default=("", 0.0)),
+    )
+    return result
+
+
+class _Positional(torch.nn.Module):
+    """``model`` called with keyword tensors, as a module of positional tensors (what disc.compile takes)."""
+
+    def __init__(self, model: torch.nn.Module, arch: Arch, names: list[str], literals: dict[str, Any]) -> None:
+        super().__init__()
+        self.model, self.arch, self.names, self.literals = model, arch, names, literals
+
+    def forward(self, x0: torch.Tensor, x1: torch.Tensor | None = None, x2: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        given = dict(zip(self.names, (x0, x1, x2)))
+        first = given.pop("")
+        return tuple(self.arch.output(self.model(first, **given, **self.literals)))
+
+
+def _split(arch: Arch, b: int, n: int, seed: int) -> tuple[list[str], list[torch.Tensor], dict[str, Any]]:
+    """The stream point's tensors in a fixed order ('' names the positional one) and its other arguments."""
+    args, kwargs = arch.inputs(b, n, seed)
+    assert len(args) == 1, "hf_zoo passes one positional tensor"
+    tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+    literals = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+    return ["", *tensors], [args[0], *tensors.values()], literals
+
+
+def _dynamic_dims(arch: Arch) -> dict[str, dict[int, str]]:
+    """Name each dim that varies along the stream by its sizes there: dims that always agree share a name."""
+    points = [_split(arch, b, n, 0)[1] for b, n in arch.stream]
+    dynamic: dict[str, dict[int, str]] = {}
+    for pos in range(len(points[0])):
+        for axis in range(points[0][pos].dim()):
+            sizes = tuple(p[pos].shape[axis] for p in points)
+            if len(set(sizes)) > 1:
+                dynamic.setdefault(f"x{pos}", {})[axis] = "d_" + "_".join(map(str, sizes))
+    return dynamic
+
+
+def _compile_infer(arch: Arch) -> dict[str, Any]:
+    model = arch.build()
+    names, example, literals = _split(arch, *arch.stream[0], 0)
+    wrapper = _Positional(model, arch, names, literals).eval()
+    seen = _Compilations()
+    start = time.perf_counter()
+    compiled = disc.compile(wrapper, tuple(example), dynamic=_dynamic_dims(arch))
+
+    def step(b: int, n: int, seed: int) -> float:
+        _, tensors, _ = _split(arch, b, n, seed)
+        with torch.no_grad():
+            return _output_error(list(compiled(*tensors)), arch.output(model(tensors[0], **dict(zip(names[1:], tensors[1:])), **literals)))
+
+    result = _stream_checks(arch, step, seen)
+    result.update(seconds=time.perf_counter() - start, graphs=len(seen.new()), graph_breaks=0, fallbacks=_fallback_ops(seen.new()))
+    return result
+
+
+# Open failures, each measured and listed in docs/models.md; strict, so a fix makes the test fail
+# until its entry goes.
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    ("segformer", "plugin-train"): "WRONG gradient without an error: the key-projection bias of the reduced-length attention is off by ~1e26 at (1, 32)",
+    ("mobilenet_v2", "plugin-train"): "training BatchNorm over 2 values per channel (side 16): outputs 2.2e-4 from float64, more than twice eager's distance",
+    ("wav2vec2", "plugin-infer"): "KeyError: None in runtime/segments.py: an operand neither computed in its segment nor a constant",
+    ("wav2vec2", "plugin-train"): "KeyError: None in runtime/segments.py (as plugin-infer)",
+    ("wav2vec2", "compile-infer"): "KeyError: None in runtime/segments.py (as plugin-infer)",
+    ("gpt2", "compile-infer"): "torch.export fails: a view of a transposed [s4, s0, 32] tensor as [s0*s4, 32] (Conv1D's view after the batch-1 trace hint)",
+    ("mobilenet_v2", "compile-infer"): "torch.export refuses the dynamic image side: TF-style padding branches on its parity",
+}
+
+
+# Not yet measured (the session that added the suite ran out of time before these ran): they run,
+# and their report says what happened, but do not fail the run until measured.
+NOT_MEASURED = {("swin", "plugin-infer"), ("swin", "plugin-train"), ("swin", "compile-infer"), ("t5", "compile-infer")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(ARCHS))
+def test_model_matches_eager(name: str, mode: str, request: pytest.FixtureRequest) -> None:
+    if (name, mode) in KNOWN_FAILURES:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_FAILURES[name, mode], strict=True))
+    elif (name, mode) in NOT_MEASURED:
+        request.applymarker(pytest.mark.xfail(reason="not measured yet", strict=False))
+    arch = ARCHS[name]
+    try:
+        result = _compile_infer(arch) if mode == "compile-infer" else _plugin(arch, train=mode == "plugin-train")
+    except Exception as e:
+        _report(name, mode, correct=False, crash=f"{type(e).__name__}: {e}"[:500])
+        raise
+    worst = max(result["errors"])
+    grad_name, grad_error = result.pop("worst_gradient", ("", 0.0))
+    correct = worst <= RTOL and grad_error <= RTOL
+    _report(name, mode, correct=correct, worst_output=worst, worst_gradient=grad_error, worst_gradient_at=grad_name, **result)
+    assert worst <= RTOL, f"{name} {mode}: outputs off by {worst:.2e} (per stream point: {result['errors']})"
+    assert grad_error <= RTOL, f"{name} {mode}: gradient of {grad_name} off by {grad_error:.2e}"
+    assert not result["recompiled_after_general"], f"{name} {mode}: compiled again at {result['recompiled_after_general']}"
