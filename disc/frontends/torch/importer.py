@@ -286,17 +286,17 @@ class Importer:
 
         args = slot(torch.fx.node.map_arg(fx_node.args, lambda n: self.env[n]))
         kwargs = slot(dict(torch.fx.node.map_arg(fx_node.kwargs, lambda n: self.env[n])))
+        if isinstance(fx_node.meta.get("val"), torch.SymInt):
+            # A size computed by an op disc has no lowering for (math.ceil of a size ratio):
+            # torch's trace knows it as an expression over the graph's symbols.
+            try:
+                return self.index(self.sym_to_expr(fx_node.meta["val"]))
+            except (LoweringError, NotImplementedError, TypeError, ValueError):
+                pass
         target_name = str(fx_node.target)
         self.fallback_counts[target_name] = self.fallback_counts.get(target_name, 0) + 1
         val = fx_node.meta.get("val")
         outs = list(val) if isinstance(val, (list, tuple)) else [val]
-        if isinstance(val, torch.SymInt):
-            # A size computed by an op disc has no lowering for (math.ceil of a size ratio):
-            # torch's trace knows it as an expression over the graph's symbols.
-            try:
-                return self.index(self.sym_to_expr(val))
-            except (LoweringError, NotImplementedError, TypeError, ValueError):
-                pass
         if not any(isinstance(v, torch.Tensor) for v in outs):
             # A value disc cannot hold (a SymFloat, a SymBool for a torch._check): fine while
             # nothing reads it; an op that does cannot be imported (see ``slot``).
