@@ -433,9 +433,9 @@ class _Lowering:
                 operands = [folded.get(x) or View(x, x.shape, contiguous_strides(x.shape)) for x in tensors]
                 steps.append(LibraryStep(node, operands, results.get(node), _conv_epilogue(node, grp)))
                 continue
-            if any(n in skipped for n in grp.nodes):
-                continue  # the GEMM before it writes this layout directly
-            nodes = [n for n in grp.nodes if n not in folded]
+            # The GEMM before a skipped chain writes the chain's end directly; a group that recomputes
+            # the chain (a cheap op duplicated into its reader's kernel) reads that buffer instead.
+            nodes = [n for n in grp.nodes if n not in folded and n not in skipped]
             if not nodes:
                 continue
             members = set(nodes)

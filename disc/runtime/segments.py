@@ -335,7 +335,13 @@ class SegmentedExecutor:
         return [env[o] if o in env else self._constant(o) for o in self.graph.outputs]
 
     def _constant(self, n: Node) -> torch.Tensor:
-        return self.graph.constants[n.attrs["ref"]]
+        """A constant no segment computed: a stored payload, or a literal built from its attributes
+        (a scalar a host op reads, which the segments inline and never hold in memory)."""
+        if n.constant_ref is not None:
+            return self.graph.constants[n.constant_ref]
+        if not n.is_literal:
+            raise RuntimeError(f"disc: %{n.name} ({n.op}) was read before any step computed it")
+        return get_spec("constant").reference(value=n.attrs["value"], dtype=n.attrs["dtype"], ref=None)
 
     def _host_value(self, x: Node, env: dict[Node, Any], index: dict[str, int]) -> Any:
         if not isinstance(x.type, IndexType):

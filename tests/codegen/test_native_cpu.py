@@ -235,6 +235,26 @@ def test_a_row_repeated_down_a_gemm_operand_is_written_out_and_exact():
     assert not any(n.op == "broadcast_in_dim" for n in cm.executor.native.lowered.folded_views)
 
 
+class GemmResultReshapedForTwoReaders(nn.Module):
+    """A batched GEMM's result, reshaped, read by another GEMM and by a column sum: the attention
+    backward's bias gradient (Segformer at batch 1 and one head)."""
+
+    def forward(self, p: torch.Tensor, v: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = (p.transpose(-1, -2) @ v).reshape(-1, 16)
+        return rows @ w, rows.sum(0)
+
+
+def test_a_gemm_writing_its_reshaped_result_still_feeds_a_kernel_that_recomputed_the_reshape():
+    # The GEMM writes the reshape's layout directly; the column sum had the (cheap) reshape
+    # duplicated into its kernel, and that kernel was dropped with the reshape's own group:
+    # its output was never written (uninitialised memory, no error).
+    m = GemmResultReshapedForTwoReaders()
+    w = torch.randn(16, 16)
+    cm = _compile(m, (torch.randn(1, 1, 12, 5), torch.randn(1, 1, 12, 16), w), {"p": {2: "k", 3: "n"}, "v": {2: "k"}})
+    for k, n in [(1, 1), (12, 5), (7, 1), (3, 9)]:
+        _check(cm, m, (torch.randn(1, 1, k, n), torch.randn(1, 1, k, 16), w))
+
+
 def test_values_saved_for_backward_come_out_of_their_kernels_in_order():
     m = AttentionSavingForBackward()
     cm = _compile(m, (torch.randn(2, 5, 32),), {"x": BXS})

@@ -192,6 +192,8 @@ def test_gradient_matches_eager(name: str) -> None:
         args = case.inputs(b, n, case.dtype)
         mine, ref = _leaves(args), _leaves(args)
         for pos, dims in case.static.items():
+            if pos >= len(mine):  # a shared layout (CHANNELS) names a bias this case does not take
+                continue
             for axis in range(mine[pos].dim()) if dims is None else dims:
                 torch._dynamo.mark_static(mine[pos], axis)
         out, want = compiled(*mine), case.fn(*ref)

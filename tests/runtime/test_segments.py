@@ -163,6 +163,8 @@ FALLBACK_OPS = {
     "cummax": lambda y: torch.cummax(y, dim=1).values,
     "median": lambda y: y.median(dim=1).values,
     "nonzero": lambda y: torch.nonzero(y > 1.5)[:, 1].float(),
+    # The fallback reads a literal scalar, which segments inline and never hold (wav2vec2's KeyError: None).
+    "reads_a_literal": lambda y: torch.special.zeta(y.abs() + 2, torch.tensor(3.0)),
 }
 
 
