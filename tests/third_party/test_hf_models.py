@@ -14,6 +14,8 @@ too. Once a graph was traced at sizes above 1, no later call may compile again (
 a dim that is 1 at a frame's first trace a constant, so a stream starting at 1 compiles that
 first graph for the 1; docs/architecture.md, "Plug-in mode").
 
+CI runs a subset per architecture (``CI_PLUGIN_MODE``); ``DISC_HF_FULL=1`` runs all three modes.
+
 With ``DISC_SUITE_REPORT=<folder>`` each test writes what it saw there (correctness,
 compilations, graph breaks, ops run by PyTorch); ``python tests/third_party/report.py <folder>``
 turns that into the table of docs/models.md.
@@ -22,6 +24,7 @@ turns that into the table of docs/models.md.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import time
@@ -233,30 +236,52 @@ def _compile_infer(arch: Arch) -> dict[str, Any]:
 # Open failures, each measured and listed in docs/models.md; strict, so a fix makes the test fail
 # until its entry goes.
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("segformer", "plugin-train"): "WRONG gradient without an error: the key-projection bias of the reduced-length attention is off by ~1e26 at (1, 32)",
     ("mobilenet_v2", "plugin-train"): "training BatchNorm over 2 values per channel (side 16): outputs 2.2e-4 from float64, more than twice eager's distance",
-    ("wav2vec2", "plugin-infer"): "KeyError: None in runtime/segments.py: an operand neither computed in its segment nor a constant",
-    ("wav2vec2", "plugin-train"): "KeyError: None in runtime/segments.py (as plugin-infer)",
-    ("wav2vec2", "compile-infer"): "KeyError: None in runtime/segments.py (as plugin-infer)",
     ("gpt2", "compile-infer"): "torch.export fails: a view of a transposed [s4, s0, 32] tensor as [s0*s4, 32] (Conv1D's view after the batch-1 trace hint)",
     ("mobilenet_v2", "compile-infer"): "torch.export refuses the dynamic image side: TF-style padding branches on its parity",
 }
 
 
-# Not yet measured (the session that added the suite ran out of time before these ran): they run,
-# and their report says what happened, but do not fail the run until measured.
-NOT_MEASURED = {("swin", "plugin-infer"), ("swin", "plugin-train"), ("swin", "compile-infer"), ("t5", "compile-infer")}
+# Not yet measured to the end: swin's training (its graph is left whole to PyTorch) and two
+# disc.compile runs stopped after 15 minutes each. They run with DISC_HF_FULL=1, and their report
+# says what happened, but do not fail the run until measured.
+NOT_MEASURED = {("swin", "plugin-train"), ("swin", "compile-infer"), ("wav2vec2", "compile-infer")}
+
+
+# Size-1 points after the general graph that compile again because dynamo itself guards there
+# (the same guard, and the same recompilation, with backend="eager"): the model's own code
+# makes them, not disc. docs/models.md lists them.
+DYNAMO_RECOMPILES: dict[str, dict[tuple[int, int], str]] = {
+    "wav2vec2": {
+        (3, 1): "dynamo guards (n//10 - 1)**2 >= 2 on the line `attention_mask.flip([-1]).cumsum(-1).flip([-1]).bool()`; one frame breaks it",
+    },
+}
+
+
+# CI runs every architecture, each through disc.compile and one torch.compile mode: the whole
+# matrix took 40 minutes of the 2-core CI machine by itself. Training is that mode by default: it
+# compares the forward outputs too, and training is where wrong answers without an error were
+# found. mobilenet_v2 runs inference instead (its training is an open failure that takes 5 minutes
+# to show). ``DISC_HF_FULL=1`` runs every mode of every architecture; docs/models.md is measured so.
+# Swin runs inference on a shorter stream: its graph is left whole to PyTorch (torch's sizes for
+# its window padding are a modulo and a division by a size, which the importer cannot express yet),
+# and its code makes dynamo trace again at every new image side, two minutes each.
+CI_PLUGIN_MODE = {name: "plugin-train" for name in ARCHS} | {"mobilenet_v2": "plugin-infer", "swin": "plugin-infer"}
+CI_STREAM = {"swin": [(1, 32), (2, 24), (3, 24)]}
+FULL = os.environ.get("DISC_HF_FULL", "") not in ("", "0")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(ARCHS))
 def test_model_matches_eager(name: str, mode: str, request: pytest.FixtureRequest) -> None:
+    if not FULL and ((name, mode) in NOT_MEASURED or mode not in ("compile-infer", CI_PLUGIN_MODE[name])):
+        pytest.skip(f"full suite only (DISC_HF_FULL=1); CI runs {name} as compile-infer and {CI_PLUGIN_MODE[name]}")
     if (name, mode) in KNOWN_FAILURES:
         request.applymarker(pytest.mark.xfail(reason=KNOWN_FAILURES[name, mode], strict=True))
     elif (name, mode) in NOT_MEASURED:
         request.applymarker(pytest.mark.xfail(reason="not measured yet", strict=False))
-    arch = ARCHS[name]
+    arch = ARCHS[name] if FULL or name not in CI_STREAM else dataclasses.replace(ARCHS[name], stream=CI_STREAM[name])
     try:
         result = _compile_infer(arch) if mode == "compile-infer" else _plugin(arch, train=mode == "plugin-train")
     except Exception as e:
@@ -268,4 +293,5 @@ def test_model_matches_eager(name: str, mode: str, request: pytest.FixtureReques
     _report(name, mode, correct=correct, worst_output=worst, worst_gradient=grad_error, worst_gradient_at=grad_name, **result)
     assert worst <= RTOL, f"{name} {mode}: outputs off by {worst:.2e} (per stream point: {result['errors']})"
     assert grad_error <= RTOL, f"{name} {mode}: gradient of {grad_name} off by {grad_error:.2e}"
-    assert not result["recompiled_after_general"], f"{name} {mode}: compiled again at {result['recompiled_after_general']}"
+    unexplained = [p for p in result["recompiled_after_general"] if tuple(p) not in DYNAMO_RECOMPILES.get(name, {})]
+    assert not unexplained, f"{name} {mode}: compiled again at {unexplained}"
