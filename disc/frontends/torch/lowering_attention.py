@@ -63,9 +63,22 @@ def _transpose_last(ctx: Importer, x: Node) -> Node:
     return _permute(ctx, None, x, [*range(rank - 2), rank - 1, rank - 2])
 
 
+def _same_heads(ctx: Importer, kv_heads: Any, heads: Any) -> bool:
+    """Do keys/values have as many heads as the queries? Where a count is symbolic (a view's ``-1``
+    that disc could not divide out), equal counts are the only case disc lowers: assumed, and
+    checked at run time, rather than the whole op left to PyTorch."""
+    c = ctx.graph.constraints
+    if c.prove_equal(kv_heads, heads):
+        return True
+    if isinstance(kv_heads, int) and isinstance(heads, int):
+        return False
+    c.assume(kv_heads, "==", heads, "attention: keys and values have as many heads as the queries (a symbolic head count)")
+    return True
+
+
 def _repeat_heads(ctx: Importer, x: Node, heads: Any) -> Node:
     """Grouped-query attention: key/value head ``j`` serves query heads ``j*g .. j*g+g-1``."""
-    if x.tensor_type.rank != 4 or x.shape[1] == heads:
+    if x.tensor_type.rank != 4 or _same_heads(ctx, x.shape[1], heads):
         return x
     kv_heads = x.shape[1]
     if not isinstance(kv_heads, int) or not isinstance(heads, int) or heads % kv_heads:
@@ -78,7 +91,7 @@ def _repeat_heads(ctx: Importer, x: Node, heads: Any) -> Node:
 def _sum_groups(ctx: Importer, grad: Node, kv_heads: Any) -> Node:
     """The gradient of ``_repeat_heads``: each key/value head sums over the query heads it served."""
     heads = grad.shape[1]
-    if grad.tensor_type.rank != 4 or heads == kv_heads:
+    if grad.tensor_type.rank != 4 or _same_heads(ctx, kv_heads, heads):
         return grad
     b, _, s, e = grad.shape
     grouped = reshape(ctx, grad, [b, kv_heads, heads // kv_heads, s, e])
