@@ -382,7 +382,11 @@ def _rsub(ctx: Importer, fx_node, a: Any, b: Any, alpha: Any = 1) -> Node:
 
 @lower(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(ctx: Importer, fx_node, cond: Any, a: Any, b: Any) -> Node:
-    dtype = meta_dtype(fx_node)
+    return select(ctx, cond, a, b, meta_dtype(fx_node))
+
+
+def select(ctx: Importer, cond: Any, a: Any, b: Any, dtype: str) -> Node:
+    """``cond ? a : b`` in ``dtype``, every operand broadcast to their common shape."""
     nodes = [convert(ctx, cond, "i1"), scalar(ctx, a, dtype), scalar(ctx, b, dtype)]
     shape = broadcast_shapes(ctx, [n.shape for n in nodes])
     return ctx.graph.add("select", [broadcast_to(ctx, n, shape) for n in nodes])

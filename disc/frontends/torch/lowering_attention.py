@@ -25,14 +25,13 @@ from typing import Any
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import (
     aten,
-    broadcast_shapes,
-    broadcast_to,
     convert,
     elementwise,
     lower,
     reduce,
     reshape,
     scalar,
+    select,
     triangle,
 )
 from disc.frontends.torch.lowering_movement import _permute
@@ -67,12 +66,9 @@ def _same_heads(ctx: Importer, kv_heads: Any, heads: Any) -> bool:
     """Do keys/values have as many heads as the queries? Where a count is symbolic (a view's ``-1``
     that disc could not divide out), equal counts are the only case disc lowers: assumed, and
     checked at run time, rather than the whole op left to PyTorch."""
-    c = ctx.graph.constraints
-    if c.prove_equal(kv_heads, heads):
-        return True
     if isinstance(kv_heads, int) and isinstance(heads, int):
-        return False
-    c.assume(kv_heads, "==", heads, "attention: keys and values have as many heads as the queries (a symbolic head count)")
+        return kv_heads == heads
+    _agree(ctx, kv_heads, heads, "attention: keys and values have as many heads as the queries (a symbolic head count)")
     return True
 
 
@@ -103,19 +99,15 @@ def _same_dims(ctx: Importer, a: Node, b: Node, axes: range | list[int], what: s
 
     A backward graph takes q, k, v, the output and its gradient as separate inputs, whose dims
     torch may spell differently (a ViT's token count as a patch grid's area plus one)."""
-    c = ctx.graph.constraints
     for axis in axes:
-        x, y = a.shape[axis], b.shape[axis]
-        if not c.prove_equal(x, y):
-            c.assume(x, "==", y, f"attention: {what} (dim {axis})")
+        _agree(ctx, a.shape[axis], b.shape[axis], f"attention: {what} (dim {axis})")
 
 
-def _where(ctx: Importer, cond: Node, a: Any, b: Any, dtype: str) -> Node:
-    """``cond ? a : b`` in ``dtype`` (the lowering's ``_where`` takes its dtype from the FX node's
-    first result, which is not the compute dtype of 16-bit attention)."""
-    nodes = [convert(ctx, cond, "i1"), scalar(ctx, a, dtype), scalar(ctx, b, dtype)]
-    shape = broadcast_shapes(ctx, [n.shape for n in nodes])
-    return ctx.graph.add("select", [broadcast_to(ctx, n, shape) for n in nodes])
+def _agree(ctx: Importer, x: Any, y: Any, why: str) -> None:
+    """``x == y`` as a fact: proven, or assumed and checked at run time."""
+    c = ctx.graph.constraints
+    if not c.prove_equal(x, y):
+        c.assume(x, "==", y, why)
 
 
 def _scores(ctx: Importer, fx_node, q: Node, k: Node, mask: Any, is_causal: bool, scale: Any) -> Node:
@@ -124,10 +116,10 @@ def _scores(ctx: Importer, fx_node, q: Node, k: Node, mask: Any, is_causal: bool
     scores = _matmul(ctx, fx_node, q, _transpose_last(ctx, k))
     scores = elementwise(ctx, "mul", [scores, scale], scores.dtype)
     if is_causal:
-        scores = _where(ctx, triangle(ctx, q.shape[-2], k.shape[-2], upper=False), scores, MINUS_INF, scores.dtype)
+        scores = select(ctx, triangle(ctx, q.shape[-2], k.shape[-2], upper=False), scores, MINUS_INF, scores.dtype)
     if mask is not None:
         if mask.dtype == "i1":
-            scores = _where(ctx, mask, scores, MINUS_INF, scores.dtype)
+            scores = select(ctx, mask, scores, MINUS_INF, scores.dtype)
         else:
             scores = elementwise(ctx, "add", [scores, convert(ctx, mask, scores.dtype)], scores.dtype)
     return scores
@@ -151,8 +143,8 @@ def attention(ctx: Importer, fx_node, q: Node, k: Node, v: Node, mask: Any, is_c
     lse = elementwise(ctx, "add", [ctx.graph.add("log", (total,)), peak], dtype)
     if mask is not None or is_causal:  # exp(-inf - -inf) is NaN: such rows give 0
         empty = elementwise(ctx, "eq", [peak, MINUS_INF], dtype)
-        weights = _where(ctx, empty, 0.0, weights, dtype)
-        lse = _where(ctx, empty, MINUS_INF, lse, dtype)
+        weights = select(ctx, empty, 0.0, weights, dtype)
+        lse = select(ctx, empty, MINUS_INF, lse, dtype)
     out = convert(ctx, _matmul(ctx, fx_node, weights, v), out_dtype)
     lse = reshape(ctx, lse, list(lse.shape[:-1]))  # float32 for 16-bit inputs, as the fused kernels keep it
     return out, lse
@@ -179,7 +171,7 @@ def attention_backward(
     row = reshape(ctx, lse, [*lse.shape, 1])
     probs = ctx.graph.add("exp", (elementwise(ctx, "sub", [scores, row], dtype),))
     if mask is not None or is_causal:
-        probs = _where(ctx, elementwise(ctx, "eq", [row, MINUS_INF], dtype), 0.0, probs, dtype)
+        probs = select(ctx, elementwise(ctx, "eq", [row, MINUS_INF], dtype), 0.0, probs, dtype)
     grad_v = _matmul(ctx, fx_node, _transpose_last(ctx, probs), grad_out)
     grad_probs = _matmul(ctx, fx_node, grad_out, _transpose_last(ctx, v))
     last = grad_out.tensor_type.rank - 1

@@ -210,17 +210,16 @@ def _pad_dynamic(ctx: Importer, x: Node, pad: Sequence[Any], value: float) -> No
     c = ctx.graph.constraints
     for i in range(len(pad) // 2):
         axis = rank - 1 - i
-        parts = []
-        for side, amount in (("low", pad[2 * i]), ("high", pad[2 * i + 1])):
+        low, high = [], []
+        for block, amount in ((low, pad[2 * i]), (high, pad[2 * i + 1])):
             size = size_value(ctx, amount)
             if isinstance(size, int) and size < 0:
                 raise LoweringError("constant_pad_nd that crops (a negative amount) beside a computed one")
             if not isinstance(size, int) and not c.prove_ge(size, 0):
                 c.assume(size, ">=", 0, "constant_pad_nd: a computed padding amount must not be negative")
             shape = [size if k == axis else d for k, d in enumerate(x.shape)]
-            parts.append((side, broadcast_to(ctx, scalar(ctx, value, x.dtype), shape)))
-        blocks = [parts[0][1], x, parts[1][1]]
-        x = ctx.graph.add("concat", blocks, {"axis": axis})
+            block.append(broadcast_to(ctx, scalar(ctx, value, x.dtype), shape))
+        x = ctx.graph.add("concat", [*low, x, *high], {"axis": axis})
     return x
 
 
