@@ -38,9 +38,11 @@ class BackendChoice:
 
 
 def example_device(examples: Any) -> str:
-    """The device type of the first tensor among ``examples`` ("cpu" when there is none)."""
+    """The device type the program runs on: a GPU's when any tensor among ``examples`` is on one,
+    else "cpu". A model on a GPU still holds 0-d host tensors (a scale kept as a buffer, the seeds
+    an attention kernel returns), which PyTorch lets mix with device tensors."""
     for x in examples:
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, torch.Tensor) and not x.is_cpu:
             return x.device.type
     return "cpu"
 
@@ -64,7 +66,7 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
     if backend not in BACKENDS:
         raise CompileError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if backend == "reference":
-        return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", "backend='reference' was asked for")
+        return ReferenceExecutor(graph, fallbacks, device), BackendChoice("reference", "backend='reference' was asked for")
     from disc.codegen.lowering import Unsupported
     from disc.runtime.segments import runs_on_host
 
@@ -81,12 +83,12 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
     for _ in range(MAX_REFUSALS):
         if refused or any(runs_on_host(n, gpu) for n in graph.nodes):
             try:
-                return _segmented_executor(graph, fallbacks, refused, gpu)
+                return _segmented_executor(graph, fallbacks, refused, gpu, device)
             except Unsupported as e:
                 if backend != "auto":
                     raise CompileError(f"no compiled program for this graph's segments: {e}") from e
                 if not _refuse(graph, e, refused):
-                    return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"not supported around the host ops: {e}")
+                    return ReferenceExecutor(graph, fallbacks, device), BackendChoice("reference", f"not supported around the host ops: {e}")
             continue
         try:
             executor, build, name = _compiled(graph, gpu)
@@ -97,8 +99,8 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
                 raise CompileError(f"no {where} program for this graph: {e}") from e
             if not _refuse(graph, e, refused):
                 why = "not supported by the Triton backend" if gpu else "not natively supported"
-                return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"{why}: {e}")
-    return ReferenceExecutor(graph, fallbacks), BackendChoice("reference", f"more than {MAX_REFUSALS} ops refused by the code generator")
+                return ReferenceExecutor(graph, fallbacks, device), BackendChoice("reference", f"{why}: {e}")
+    return ReferenceExecutor(graph, fallbacks, device), BackendChoice("reference", f"more than {MAX_REFUSALS} ops refused by the code generator")
 
 
 def _compiled(graph: Graph, gpu: bool) -> tuple[Any, Any, str]:
@@ -127,7 +129,7 @@ def _refuse(graph: Graph, e: Exception, refused: dict[Node, str]) -> bool:
     return bool(new)
 
 
-def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], refused: Mapping[Node, str], gpu: bool) -> tuple[Any, BackendChoice]:
+def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], refused: Mapping[Node, str], gpu: bool, device_type: str = "cpu") -> tuple[Any, BackendChoice]:
     """Compiled segments with the host ops run by PyTorch between them (``disc.runtime.segments``)."""
     from disc.runtime.segments import SegmentedExecutor, plan_segments, summary
 
@@ -135,6 +137,7 @@ def _segmented_executor(graph: Graph, fallbacks: Mapping[str, Any], refused: Map
     name = "triton" if gpu else "native-cpu"
     for seg in plan.segments:
         seg.executor, seg.build, name = _compiled(seg.graph, gpu)
-    device = plan.segments[0].executor.device if gpu and plan.segments else None
+    # Where the host ops' tensors live: the segments' device, or the inputs' when every op runs on the host.
+    device = (plan.segments[0].executor.device if plan.segments else torch.device(device_type)) if gpu else None
     executor = SegmentedExecutor(graph, plan, fallbacks, device)
     return executor, BackendChoice(f"{name} segments", summary(plan), segments=plan)

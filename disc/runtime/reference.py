@@ -117,12 +117,27 @@ def _index_code(n: Node, bound: set[str]) -> str | None:
     return None
 
 
-class ReferenceExecutor:
-    """Runs a graph with torch ops. ``fallbacks`` resolves ``torch_fallback`` calls."""
+def on_device(fn: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
+    """``fn`` with its result moved to ``device`` when it comes back as a host tensor of rank > 0.
 
-    def __init__(self, graph: Graph, fallbacks: Mapping[str, Any] | None = None) -> None:
+    The reference semantics make a tensor built from sizes alone (iota, random bits) on the host;
+    0-d host tensors stay, as PyTorch lets them mix with device tensors."""
+
+    def moved(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        return out.to(device) if isinstance(out, torch.Tensor) and out.dim() and out.device != device else out
+
+    return moved
+
+
+class ReferenceExecutor:
+    """Runs a graph with torch ops. ``fallbacks`` resolves ``torch_fallback`` calls; ``device``
+    is where the inputs are (the constants move there once, here)."""
+
+    def __init__(self, graph: Graph, fallbacks: Mapping[str, Any] | None = None, device: str | torch.device = "cpu") -> None:
         self.graph = graph
         self.fallbacks = dict(fallbacks or {})
+        self.device = torch.device(device)
         self.shape_program = build_shape_program(graph)
         # Values live in slots numbered by node position; all look-ups are planned here, not per call.
         self._slot = {n: i for i, n in enumerate(graph.nodes)}
@@ -144,13 +159,16 @@ class ReferenceExecutor:
             if n.op == "input" or n.name in self.shape_program.computed:
                 continue
             attrs = dict(n.attrs)
+            fn = get_spec(n.op).reference
             if n.constant_ref is not None:
-                attrs["ref"] = self.graph.constants[n.constant_ref]
+                attrs["ref"] = self.graph.constants[n.constant_ref].to(self.device)
             if n.op == "torch_fallback":
                 attrs = {"call": self.fallbacks[attrs["call"]], "results": None}  # a fresh dict per run
+            elif self.device.type != "cpu":
+                fn = on_device(fn, self.device)
             # Values dead after this step are dropped to keep peak memory near eager's.
             free = [index_of[x] for x in n.inputs if last_use.get(x) == i and x.op != "input" and not isinstance(x.type, IndexType)]
-            steps.append((i, get_spec(n.op).reference, attrs, [index_of[x] for x in n.inputs], free))
+            steps.append((i, fn, attrs, [index_of[x] for x in n.inputs], free))
         return steps
 
     def _bind(self, inputs: Sequence[torch.Tensor]) -> dict[int, Any]:

@@ -40,7 +40,7 @@ from disc.codegen.lowering import Unsupported
 from disc.ir.graph import Graph, Node
 from disc.ir.registry import get_spec
 from disc.ir.types import IndexType
-from disc.runtime.reference import ExecutionProfile, ShapeProgram, build_shape_program
+from disc.runtime.reference import ExecutionProfile, ShapeProgram, build_shape_program, on_device
 
 
 def _is_free(n: Node) -> bool:
@@ -260,14 +260,16 @@ def _carrier(x: Node, candidates: Sequence[Node], graph: Graph) -> tuple[Node, i
     return None
 
 
-def _host_call(n: Node, fallbacks: Mapping[str, Any]) -> Callable[[list[Any], dict], Any]:
-    """How the host runs op ``n`` on its operand values: the fallback's torch call, or the op's reference semantics."""
+def _host_call(n: Node, fallbacks: Mapping[str, Any], device: torch.device | None) -> Callable[[list[Any], dict], Any]:
+    """How the host runs op ``n`` on its operand values: the fallback's torch call, or the op's
+    reference semantics (whose tensors built from sizes alone move to the program's device)."""
     spec = get_spec(n.op)
     if n.op == "torch_fallback":
         call = fallbacks[n.attrs["call"]]
         return lambda operands, results: spec.reference(*operands, call=call, results=results)
     attrs = dict(n.attrs)
-    return lambda operands, results: spec.reference(*operands, **attrs)
+    fn = spec.reference if device is None or device.type == "cpu" else on_device(spec.reference, device)
+    return lambda operands, results: fn(*operands, **attrs)
 
 
 def summary(plan: SegmentPlan) -> str:
@@ -291,7 +293,7 @@ class SegmentedExecutor:
         self.device = device
         self._inputs = graph.inputs  # a scan of the whole graph: once, not per call
         self._shape_program = plan.shape_program
-        self._host_calls = {f: _host_call(f, fallbacks) for fs in plan.host_ops for f in fs}
+        self._host_calls = {f: _host_call(f, fallbacks, device) for fs in plan.host_ops for f in fs}
         by_stage = {seg.stage: seg for seg in plan.segments}
         self._steps: list[tuple[Segment | None, list[Node]]] = [(by_stage.get(s), fs) for s, fs in enumerate(plan.host_ops)]
         self._drops = self._plan_drops()
@@ -338,7 +340,8 @@ class SegmentedExecutor:
         """A constant no segment computed: a stored payload, or a literal built from its attributes
         (a scalar a host op reads, which the segments inline and never hold in memory)."""
         if n.constant_ref is not None:
-            return self.graph.constants[n.constant_ref]
+            payload = self.graph.constants[n.constant_ref]
+            return payload if self.device is None else payload.to(self.device)
         if not n.is_literal:
             raise RuntimeError(f"disc: %{n.name} ({n.op}) was read before any step computed it")
         return get_spec("constant").reference(value=n.attrs["value"], dtype=n.attrs["dtype"], ref=None)

@@ -268,13 +268,13 @@ class TritonRuntime:
     def conv(
         self, step: int, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int, channels_last: bool = False
     ) -> None:
-        """``conv2d`` into ``out``; with ``channels_last`` x and out are NHWC buffers, which torch
-        reads as channels-last NCHW tensors (cuDNN's preferred layout) without a copy."""
+        """A 1-, 2- or 3-d convolution into ``out``; with ``channels_last`` x and out are NHWC
+        buffers, which torch reads as channels-last NCHW tensors (cuDNN's preferred layout) without a copy."""
         if self.hits is not None:
             self.hits[(step, 0)] += 1
         if channels_last:
             x, out = x.permute(0, 3, 1, 2), out.permute(0, 3, 1, 2)
-        out.copy_(torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups))
+        out.copy_(torch.ops.aten.convolution(x, w, None, stride, padding, dilation, False, [0] * len(stride), groups))
 
     def conv_backward_input(self, step: int, gy: torch.Tensor, w: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int, channels_last: bool) -> None:
         """dL/dx of a convolution into ``out`` (whose shape is x's; its values are not read)."""
@@ -292,7 +292,7 @@ class TritonRuntime:
             if which == 0:
                 out = out.permute(0, 3, 1, 2)
         mask = [which == 0, which == 1, False]
-        grads = torch.ops.aten.convolution_backward(gy, x, w, None, stride, padding, dilation, False, [0, 0], groups, mask)
+        grads = torch.ops.aten.convolution_backward(gy, x, w, None, stride, padding, dilation, False, [0] * len(stride), groups, mask)
         out.copy_(grads[which])
 
     @staticmethod
@@ -332,6 +332,8 @@ class TritonExecutor:
             self.graphs = GraphCache(self._record, shapes, nbytes)
 
     def run(self, inputs: Sequence[torch.Tensor], runtime: TritonRuntime | None = None) -> list[torch.Tensor]:
+        if self.device.type != "cpu" and any(t.is_cpu for t in inputs):  # 0-d host scalars (the input checks allow no others)
+            inputs = [t.to(self.device) if t.is_cpu else t for t in inputs]
         if runtime is None and self.graphs is not None:
             outs = self.graphs.run(inputs)
             if outs is not None:

@@ -293,6 +293,23 @@ func @conv_gradients(%x: f32[n, 4, h, w], %k: f32[6, 2, 3, 3]) {
 """
 
 
+# The same in one spatial dim (wav2vec2's feature encoder): the library calls take 1-d geometry.
+CONV1D_GRADIENTS = """
+func @conv1d_gradients(%x: f32[n, 4, w], %k: f32[6, 2, 5]) {
+  sym n in [0, inf]
+  sym w in [1, inf]
+  %0 = dim(%x) {axis=0} : index(n)
+  %1 = dim(%x) {axis=2} : index(w)
+  %2 = index_const() {value=4} : index(4)
+  %3 = convolution(%x, %k) {channels_last=false, dilation=[1], groups=2, output_padding=[], padding=[2], stride=[2], transposed=false} : f32[n, 6, (w + 1)//2]
+  %4 = mul(%3, %3) : f32[n, 6, (w + 1)//2]
+  %5 = convolution_backward_input(%4, %k, %0, %2, %1) {channels_last=false, dilation=[1], groups=2, padding=[2], stride=[2]} : f32[n, 4, w]
+  %6 = convolution_backward_weight(%x, %4) {channels_last=false, dilation=[1], groups=2, kernel=[5], padding=[2], stride=[2]} : f32[6, 2, 5]
+  return %3, %5, %6
+}
+"""
+
+
 class Powers(nn.Module):
     """pow by the exponents PyTorch computes as products, a square root or a reciprocal, and by one it does not."""
 

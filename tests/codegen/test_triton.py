@@ -17,6 +17,7 @@ import torch
 from kernel_cases import (
     BINARY_F32,
     BINARY_I64,
+    CONV1D_GRADIENTS,
     CONV_GRADIENTS,
     MAYBE_BROADCAST,
     MIXED_KEEPDIM_SUMS,
@@ -529,3 +530,53 @@ def test_pow_by_a_constant_exponent_is_written_as_products():
         (x,) = _on(torch.randn(*shape, generator=g) * 3)
         for got, want in zip(cm(x), m(x)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+UNIT_IOTA = """
+func @unit_iota(%x: i64[n]) {
+  sym n in [0, inf]  (test)
+  %one = index_const() {value=1} : index(1)
+  %i = iota(%one) {dtype="i64"} : i64[1]
+  %n = dim(%x) {axis=0} : index(n)
+  %ib = broadcast_in_dim(%i, %n) {dims=[0]} : i64[n]
+  %y = add(%x, %ib) : i64[n]
+  return %i, %y
+}
+"""
+
+
+def test_a_size_one_iota_is_a_typed_scalar():
+    # Its index is the literal 0, which has no .to(): the kernel failed to compile on CUDA (T5, BERT's masks).
+    g = parse_graph(UNIT_IOTA)
+    ex = TritonExecutor(g, build_triton(g))
+    for n in (1, 3):
+        x = torch.randint(-5, 5, (n,))
+        got = [t.cpu() for t in ex.run(list(_on(x)))]
+        want = ReferenceExecutor(g).run([x])
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+class MaxAndAnyOfRows(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.amax(-1), (x > 2.5).any(-1)
+
+
+def test_any_over_bools_accumulates_in_int32_tiles():
+    # T5's masked max: compiled Triton widens the maximum of two int1 tiles to int32, and a loop's
+    # running tile must keep its type, so the bool accumulator is an int32 tile from the start.
+    m = MaxAndAnyOfRows()
+    cm = _compile(m, (torch.randn(3, 70),), {"x": BXS})
+    text = cm.executor.build.source.text
+    assert "tl.full([BLOCK_M, BLOCK_N], 0, tl.int1)" not in text and "tl.int32" in text
+    for shape in [(1, 1), (3, 70), (2, 5000), (5, 1)]:
+        _check(cm, m, (torch.randn(shape),))
+
+
+def test_one_dimensional_convolution_and_its_gradients_through_the_library():
+    # The library calls once spelled conv2d and a 2-d output_padding whatever the rank (wav2vec2 on CUDA).
+    g = parse_graph(CONV1D_GRADIENTS)
+    ex = TritonExecutor(g, build_triton(g))
+    for shape in [(2, 4, 9), (1, 4, 1), (3, 4, 16)]:
+        args = [torch.randn(shape), torch.randn(6, 2, 5)]
+        for got, want in zip(ex.run(list(_on(*args))), ReferenceExecutor(g).run(args)):
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)

@@ -1,6 +1,8 @@
 """The third-party model suite on a CUDA GPU: a device script, run by hand on a lent GPU machine.
 
-    PYTHONPATH=tests/third_party python tests/third_party/gpu_check.py [--out results.json] [--archs bert,gpt2]
+    PYTHONPATH=tests/third_party python tests/third_party/gpu_check.py [--out results.json] [--archs bert,gpt2] [--dump DIR]
+
+(``gpu_suite.sh`` runs every architecture in parallel, one process each.)
 
 For each architecture of ``hf_zoo`` it runs ``torch.compile(model, backend="disc", dynamic=True)``
 on CUDA over the first shapes of the stream (size-1 first), in inference and in training, and
@@ -25,6 +27,7 @@ from hf_zoo import ARCHS, Arch, weighted_sum
 import disc
 
 POINTS = 3  # stream points per mode: the size-1 start, the first general shape, one more
+DUMP = ""  # --dump: a folder for the IR of graphs left to the reference executor
 
 
 def _to(value: Any, device: str, dtype: torch.dtype | None = None) -> Any:
@@ -78,7 +81,21 @@ def _run(arch: Arch, mode: str) -> dict[str, Any]:
     for r in reports:
         for op, count in r.fallbacks.items():
             fallbacks[op] = fallbacks.get(op, 0) + count
-    return {"worst_output": worst, "worst_gradient": worst_grad, "compilations": len(reports), "fallbacks": fallbacks}
+    if DUMP:  # the graphs the GPU backend gave up on, to reproduce on a CPU (TRITON_INTERPRET=1, build_triton)
+        import os
+
+        from disc.ir.printer import print_graph
+
+        os.makedirs(DUMP, exist_ok=True)
+        for k, r in enumerate(reports):
+            if r.backend is not None and r.backend.name == "reference":
+                stem = os.path.join(DUMP, f"{arch.name}-{mode}-{k}")
+                with open(stem + ".disc", "w") as f:
+                    f.write(f"// {r.backend.reason}\n" + print_graph(r.graph))
+                torch.save({name: t.cpu() for name, t in r.graph.constants.items()}, stem + ".pt")
+    # Why a graph was not compiled, or which executor runs it (the reference executor on a GPU is a finding).
+    programs = sorted({r.name if "NOT compiled" in r.name else f"{r.backend.name}: {r.backend.reason}"[:300] for r in reports if r.backend is not None or "NOT compiled" in r.name})
+    return {"worst_output": worst, "worst_gradient": worst_grad, "compilations": len(reports), "fallbacks": fallbacks, "programs": programs}
 
 
 def main() -> None:
@@ -86,7 +103,10 @@ def main() -> None:
     parser.add_argument("--out", default="gpu_check.json")
     parser.add_argument("--archs", default=",".join(sorted(ARCHS)))
     parser.add_argument("--modes", default="infer,train,bf16-infer")
+    parser.add_argument("--dump", default="", help="write the IR (and constants) of graphs the GPU backend gave up on here")
     opts = parser.parse_args()
+    global DUMP
+    DUMP = opts.dump
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     results = []

@@ -241,9 +241,7 @@ class _Emitter(IndexEmitter):
             x = self.value(n.inputs[0], idx)
             if n.dtype == "i1":
                 return f"({x} != 0)"
-            if _is_literal(x):  # a Python number has no .to(): make it a typed scalar
-                return f"tl.full([], {x}, {TL_TYPES[n.dtype]})"
-            return f"{x}.to({TL_TYPES[n.dtype]})"
+            return _cast(x, TL_TYPES[n.dtype])
         handler = getattr(self, f"_op_{op}", None)
         if handler is None:
             raise Unsupported(f"no Triton kernel form for op {op} (%{n.name})", [n])
@@ -256,7 +254,7 @@ class _Emitter(IndexEmitter):
         return self.value(x, reshaped(self, idx, n.shape, x.shape))
 
     def _op_iota(self, n: Node, idx: Idx) -> str:
-        return f"({self.dims_of(idx)[0]}).to({TL_TYPES[n.dtype]})"
+        return _cast(self.dims_of(idx)[0], TL_TYPES[n.dtype])  # a size-1 iota's index is the literal 0
 
     def _op_index_to_tensor(self, n: Node, idx: Idx) -> str:
         value = self.dim(n.inputs[0].type.value)
@@ -445,9 +443,22 @@ def _combine_tile(kind: str, dtype: str, x: str, axis: int) -> str:
 def _masked(em: _Emitter, r: Node, x: str) -> str:
     """``x`` as the reduction's dtype with positions outside the mask set to the identity."""
     if r.inputs[0].dtype != r.dtype:
-        x = f"({x}).to({TL_TYPES[r.dtype]})"
+        x = _cast(x, TL_TYPES[r.dtype])
     init = reduce_init(r.attrs["kind"], r.dtype)
-    return em.let(f"tl.where({em.masks[-1]}, {x}, {init})", "x")
+    masked = f"tl.where({em.masks[-1]}, {x}, {init})"
+    return em.let(f"{masked}.to(tl.int32)" if r.dtype == "i1" else masked, "x")
+
+
+def _accumulator(r: Node) -> str:
+    """A reduction's running tile. any/all over bools accumulate in int32: compiled Triton's
+    maximum of two int1 tiles is an int32, and a loop-carried variable must keep its type."""
+    dtype = "tl.int32" if r.dtype == "i1" else TL_TYPES[r.dtype]
+    return f"tl.full([BLOCK_M, BLOCK_N], {reduce_init(r.attrs['kind'], r.dtype)}, {dtype})"
+
+
+def _cast(x: str, tl_type: str) -> str:
+    """``x`` as ``tl_type``; a Python number (a literal, a size-1 dim's index 0) has no .to()."""
+    return f"tl.full([], {x}, {tl_type})" if _is_literal(x) else f"({x}).to({tl_type})"
 
 
 def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str) -> tuple[_Emitter, str, str]:
@@ -493,7 +504,7 @@ def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str
         if looped:
             tiles = {r: em.fresh("acc") for r in batch}
             for r in batch:
-                em.w(f"{tiles[r]} = tl.full([BLOCK_M, BLOCK_N], {reduce_init(r.attrs['kind'], r.dtype)}, {TL_TYPES[r.dtype]})")
+                em.w(f"{tiles[r]} = {_accumulator(r)}")
             em.w(f"for j0 in range(0, {cols}, BLOCK_N):")
             em.w.depth += 1
             em.push()
@@ -549,7 +560,7 @@ def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tu
     inner = em.dims_of(Idx(shape[lead:], None, "j"))
     tiles = {r: em.fresh("acc") for r in reductions}
     for r in reductions:
-        em.w(f"{tiles[r]} = tl.full([BLOCK_M, BLOCK_N], {reduce_init(r.attrs['kind'], r.dtype)}, {TL_TYPES[r.dtype]})")
+        em.w(f"{tiles[r]} = {_accumulator(r)}")
     full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
     row_outputs = [o for o in step.outputs if o not in full_outputs]
     em.w(f"for r0 in range(0, {rows}, BLOCK_M):")

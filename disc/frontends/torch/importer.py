@@ -51,7 +51,11 @@ class Fallback:
         if results is not None and self.output_index is not None and self.op_name in results:
             out = results[self.op_name]
         else:
-            out = self.target(*_fill(self.args, values), **_fill(self.kwargs, values))
+            args = _fill(self.args, values)
+            for position, fix in ARGUMENT_LAYOUTS.get(self.target, ()):
+                if len(args) > position and args[position] is not None:
+                    args = (*args[:position], fix(args[position]), *args[position + 1 :])
+            out = self.target(*args, **_fill(self.kwargs, values))
             if results is not None and self.output_index is not None:
                 results[self.op_name] = out
         return out[self.output_index] if self.output_index is not None else out
@@ -133,6 +137,31 @@ class Unavailable:
 @dataclass(frozen=True)
 class _Slot:
     index: int
+
+
+def aligned_attention_bias(bias: torch.Tensor, elements: int = 16) -> torch.Tensor:
+    """``bias`` laid out as CUDA's memory-efficient attention kernel reads it: every stride but the
+    last a multiple of 16 bytes. Eager's SDPA pads the mask's last dim the same way and passes a
+    view of the padded buffer; a broadcast (stride-0) dim stays broadcast."""
+    align = max(16 // bias.element_size(), 1)
+    if all(st % align == 0 for st in bias.stride()[:-1]):
+        return bias
+    base = bias
+    for d, (size, st) in enumerate(zip(bias.shape, bias.stride())):
+        if st == 0 and size > 1:
+            base = base.narrow(d, 0, 1)
+    n = bias.shape[-1]
+    padded = base.new_zeros(*base.shape[:-1], n + (-n) % elements)
+    padded[..., :n] = base
+    return padded[..., :n].expand(bias.shape)
+
+
+# Fallback arguments a PyTorch kernel needs in a particular layout, which disc's buffers need not
+# have: op -> [(argument position, the function that lays it out)].
+ARGUMENT_LAYOUTS: dict[Any, list[tuple[int, Callable[[torch.Tensor], torch.Tensor]]]] = {
+    torch.ops.aten._scaled_dot_product_efficient_attention.default: [(3, aligned_attention_bias)],
+    torch.ops.aten._scaled_dot_product_efficient_attention_backward.default: [(4, aligned_attention_bias)],
+}
 
 
 def _fill(tree: Any, values: Sequence[Any]) -> Any:

@@ -436,9 +436,9 @@ def reduce_window(x: torch.Tensor, *, kind: str, window, strides, padding, dilat
 
 def _flat_positions(x: torch.Tensor, index_dims: Sequence[int]) -> torch.Tensor:
     """Each element's row-major position over ``index_dims`` of x, as an i64 tensor of x's shape."""
-    pos = torch.zeros(x.shape, dtype=torch.int64)
+    pos = torch.zeros(x.shape, dtype=torch.int64, device=x.device)
     for d in index_dims:
-        ar = torch.arange(x.shape[d], dtype=torch.int64).reshape([-1 if k == d else 1 for k in range(x.dim())])
+        ar = torch.arange(x.shape[d], dtype=torch.int64, device=x.device).reshape([-1 if k == d else 1 for k in range(x.dim())])
         pos = pos * x.shape[d] + ar
     return pos
 
