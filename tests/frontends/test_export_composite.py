@@ -89,6 +89,26 @@ def test_convnet_lowers_without_decomposition():
     assert sum(n.op == "convolution" for n in cm.graph.nodes) == 3
 
 
+class Casts(nn.Module):
+    """Every spelling of ``Tensor.to`` that casts: dtype, dtype with a device and layout
+    (GPT-2's Conv1D path), device then dtype, another tensor's type."""
+
+    def forward(self, x, ids):
+        a = x.to(torch.float64) * 2
+        b = ids.to(dtype=torch.float32, device=x.device) + x
+        c = x.to(x.device, torch.float64, non_blocking=False) - a
+        return a, b.to(ids) + ids, c.type_as(x)
+
+
+def test_every_spelling_of_a_cast_lowers_without_decomposition():
+    torch.manual_seed(0)
+
+    def make(b, s):
+        return torch.randn(b, s), torch.randint(-3, 9, (b, s))
+
+    _check(Casts(), make, {"x": {0: "b", 1: "s"}, "ids": {0: "b", 1: "s"}}, [(2, 5), (1, 1), (3, 7)])
+
+
 class PositionOps(nn.Module):
     """The ops T5's position buckets, Llama's rotary table and ViT's attention use:
     torch.min/max of two tensors, & | ^ on bool and int tensors, outer, unbind."""

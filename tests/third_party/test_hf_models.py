@@ -237,7 +237,6 @@ def _compile_infer(arch: Arch) -> dict[str, Any]:
 # until its entry goes.
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("mobilenet_v2", "plugin-train"): "training BatchNorm over 2 values per channel (side 16): outputs 2.2e-4 from float64, more than twice eager's distance",
-    ("gpt2", "compile-infer"): "torch.export fails: a view of a transposed [s4, s0, 32] tensor as [s0*s4, 32] (Conv1D's view after the batch-1 trace hint)",
     ("mobilenet_v2", "compile-infer"): "torch.export refuses the dynamic image side: TF-style padding branches on its parity",
 }
 

@@ -278,7 +278,7 @@ def _numpy_t(ctx: Importer, fx_node, x: Node) -> Node:
     return _permute(ctx, fx_node, x, list(reversed(range(x.tensor_type.rank))))
 
 
-lower(aten.to.dtype, aten.type_as.default)(_to_copy)  # the result's dtype is in torch's meta
+lower(aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten.to.other, aten.type_as.default)(_to_copy)  # the result's dtype is in torch's meta (a program runs on one device)
 
 _FILL = {aten.ones.default: 1, aten.zeros.default: 0, aten.new_ones.default: 1, aten.new_zeros.default: 0}
 
