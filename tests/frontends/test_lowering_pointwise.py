@@ -31,6 +31,8 @@ OPS = {
     "square": lambda x, y: torch.square(x),
     "exp2": lambda x, y: torch.exp2(x.clamp(-60, 60)),
     "trunc": lambda x, y: torch.trunc(x),
+    # float division with a rounding mode (the trunc mode once came back unrounded: 4.8 for 4)
+    "div_rounding": lambda x, y: (torch.div(x, y, rounding_mode="trunc"), torch.div(x, y, rounding_mode="floor"), torch.div(x, 2.5, rounding_mode="trunc")),
     "frac": lambda x, y: torch.frac(x),
     "lerp": lambda x, y: torch.lerp(x, y, 0.3) + torch.lerp(x, y, 0.8) + torch.lerp(x, y, y.sigmoid()),
     "addcmul": lambda x, y: torch.addcmul(x, x, y, value=0.5),

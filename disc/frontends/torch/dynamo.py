@@ -333,7 +333,7 @@ def _compile_aten(
     seeded = importer.rng_seed is not None  # the graph draws random numbers: one fresh seed per call
     if seeded:
         input_names.append(importer.rng_seed.name)
-    host_outputs = _HostOutputs(placeholders, fx_inputs, importer.output_layout)
+    host_outputs = _HostOutputs(placeholders, fx_inputs, importer.output_layout, _output_values(fx_gm))
 
     from disc.runtime.checks import InputChecker
     from disc.runtime.constant_versions import ConstantVersions
@@ -347,6 +347,10 @@ def _compile_aten(
         program[:] = [fresh, fresh_report]
 
     def run(*args: Any) -> list[Any]:
+        if size_positions and any(int(args[p]) < 0 for p in size_positions):
+            # A program takes an int argument as a size, which cannot be negative (an arange's
+            # start, a shift): this call runs the graph in PyTorch, as eager would.
+            return list(fx_gm(*args))
         tensors = [_size_carrier(args[p], check_inputs.device) if p in size_positions else args[p] for p in tensor_positions]
         if seeded:  # from torch's generator, so torch.manual_seed reproduces the draws
             tensors.append(torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64, device=check_inputs.device))
@@ -367,6 +371,12 @@ def _size_carrier(size: Any, device: Any) -> torch.Tensor:
     return torch.empty((int(size), 0), dtype=torch.int8, device=device)
 
 
+def _output_values(gm: torch.fx.GraphModule) -> list[Any]:
+    """torch's value (a fake tensor, a SymInt, None) of each output of ``gm``."""
+    outs = gm.graph.output_node().args[0]
+    return [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outs]
+
+
 def _size_function(expr: Any, symbols: list[Any]) -> Callable[..., int]:
     """``expr`` (torch's sympy, with FloorDiv and friends) as a function of ``symbols``' values."""
     import sympy
@@ -383,13 +393,18 @@ class _HostOutputs:
     A backward graph returns ``None`` for inputs without a gradient; a training
     forward returns the sizes its backward needs. Sizes are torch expressions
     over the graph's size symbols, evaluated from the actual arguments.
+
+    An output that is a view of an input (``chunk``, ``expand`` of an argument) is returned as
+    that view of the real argument, with torch's sizes, strides and offset: AOTAutograd rebuilds
+    such an output from the argument with the returned tensor's strides, so disc's fresh
+    contiguous result would be read at the wrong places.
     """
 
-    def __init__(self, placeholders: list[torch.fx.Node], fx_inputs: Sequence[Any], layout: list[Any]) -> None:
+    def __init__(self, placeholders: list[torch.fx.Node], fx_inputs: Sequence[Any], layout: list[Any], values: Sequence[Any] = ()) -> None:
         import sympy
+        from torch.multiprocessing.reductions import StorageWeakRef
 
         self.layout = layout
-        self.trivial = all(isinstance(x, int) for x in layout) and layout == list(range(len(layout)))
         where: dict[sympy.Symbol, tuple[int, int | None]] = {}  # symbol -> (argument, axis or None)
         for pos, val in enumerate(fx_inputs):
             if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
@@ -412,12 +427,40 @@ class _HostOutputs:
                 else:
                     raise ValueError(f"graph output {item.name} is neither a tensor nor a size")
 
+        def function(d: Any) -> tuple[Callable[..., int], list[tuple[int, int | None]]]:
+            if not isinstance(d, torch.SymInt):
+                return (lambda: int(d)), []
+            symbols = sorted(d.node.expr.free_symbols, key=str)
+            if any(x not in where for x in symbols):
+                raise ValueError(f"a view's stride {d.node.expr} uses a symbol no input carries")
+            return _size_function(d.node.expr, symbols), [where[x] for x in symbols]
+
+        storages = {}
+        for pos, node in enumerate(placeholders):
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                storages.setdefault(StorageWeakRef(val.untyped_storage()), pos)
+        self.views: dict[int, tuple[int, list[Any], list[Any], Any]] = {}  # output -> (argument, sizes, strides, offset)
+        for k, val in enumerate(values):
+            if isinstance(self.layout[k], int) and isinstance(val, torch.Tensor):
+                pos = storages.get(StorageWeakRef(val.untyped_storage()))
+                if pos is not None:
+                    self.views[k] = (pos, [function(d) for d in val.shape], [function(d) for d in val.stride()], function(val.storage_offset()))
+        self.trivial = not self.views and all(isinstance(x, int) for x in layout) and layout == list(range(len(layout)))
+
     def assemble(self, outs: list[torch.Tensor], args: Sequence[Any]) -> list[Any]:
         if self.trivial:
             return outs
         result: list[Any] = []
+        def value(fn_sources: tuple[Callable[..., int], list[tuple[int, int | None]]]) -> int:
+            fn, sources = fn_sources
+            return int(fn(*[args[p] if axis is None else args[p].shape[axis] for p, axis in sources]))
+
         for k, item in enumerate(self.layout):
-            if isinstance(item, int):
+            if k in self.views:
+                pos, sizes, strides, offset = self.views[k]
+                result.append(args[pos].as_strided([value(d) for d in sizes], [value(d) for d in strides], value(offset)))
+            elif isinstance(item, int):
                 result.append(outs[item])
             elif k in self.sizes:
                 fn, sources = self.sizes[k]

@@ -20,7 +20,7 @@ import torch.fx
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
-from disc.ir.types import dtype_of_torch
+from disc.ir.types import FLOAT_DTYPES, dtype_of_torch
 from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
 
 aten = torch.ops.aten
@@ -330,6 +330,8 @@ def _binary(op: str) -> Callable[..., Node]:
         if op == "div" and rounding_mode is not None:
             cdt = result_type(fx_node, a, b)
             q = elementwise(ctx, "floor_div" if rounding_mode == "floor" else "div", [a, b], cdt)
+            if rounding_mode == "trunc" and cdt in FLOAT_DTYPES:  # float div is exact division: round it toward 0
+                q = select(ctx, elementwise(ctx, "lt", [q, 0.0], cdt), elementwise(ctx, "ceil", [q], cdt), elementwise(ctx, "floor", [q], cdt), cdt)
             return convert(ctx, q, out)
         return elementwise(ctx, op, [a, b], out)
 
