@@ -18,6 +18,12 @@ from disc.shape.expr import SymExpr
 SHAPES_KEPT = 256  # input shapes an InputChecker remembers as valid
 
 
+def _elsewhere(t: torch.Tensor, device: str) -> bool:
+    """Is ``t`` on a device a program for ``device`` cannot take? 0-d host tensors mix with
+    device tensors, as in PyTorch (the executor copies them over)."""
+    return t.device.type != device and not (t.is_cpu and t.dim() == 0)
+
+
 class InputChecker:
     """Checks call inputs against ``g`` (dtype, rank, device, dims and their constraints), raising a clear error.
 
@@ -55,7 +61,7 @@ class InputChecker:
         if shapes in self.passed:
             on_cpu = self.device == "cpu"  # t.is_cpu costs a seventh of building t.device
             for dtype, t in zip(self.dtypes, tensors):
-                if not isinstance(t, torch.Tensor) or t.dtype != dtype or (not t.is_cpu if on_cpu else t.device.type != self.device and not (t.is_cpu and t.dim() == 0)):
+                if not isinstance(t, torch.Tensor) or t.dtype != dtype or (not t.is_cpu if on_cpu else _elsewhere(t, self.device)):
                     break  # the full check below names what is wrong
             else:
                 return
@@ -73,7 +79,7 @@ class InputChecker:
                 raise InputError(f"input {name!r} has dtype {t.dtype}, compiled for {dtype}")
             if t.dim() != rank:
                 raise InputError(f"input {name!r} has rank {t.dim()} (shape {tuple(t.shape)}), compiled for rank {rank} {ty}")
-            if t.device.type != self.device and not (t.is_cpu and t.dim() == 0):  # 0-d host tensors mix with device ones, as in PyTorch
+            if _elsewhere(t, self.device):
                 raise InputError(f"input {name!r} is on {t.device}; this program was compiled for {self.device}")
             shape = t.shape
             for axis, static, root, sym, facts in dims:

@@ -294,6 +294,10 @@ class SegmentedExecutor:
         self._inputs = graph.inputs  # a scan of the whole graph: once, not per call
         self._shape_program = plan.shape_program
         self._host_calls = {f: _host_call(f, fallbacks, device) for fs in plan.host_ops for f in fs}
+        # The payloads host ops and outputs read, on the program's device once rather than per call.
+        read = {x for fs in plan.host_ops for f in fs for x in f.inputs} | set(graph.outputs)
+        refs = {x.constant_ref for x in read if x.constant_ref is not None}
+        self._payloads = {ref: graph.constants[ref] if device is None else graph.constants[ref].to(device) for ref in refs}
         by_stage = {seg.stage: seg for seg in plan.segments}
         self._steps: list[tuple[Segment | None, list[Node]]] = [(by_stage.get(s), fs) for s, fs in enumerate(plan.host_ops)]
         self._drops = self._plan_drops()
@@ -340,8 +344,7 @@ class SegmentedExecutor:
         """A constant no segment computed: a stored payload, or a literal built from its attributes
         (a scalar a host op reads, which the segments inline and never hold in memory)."""
         if n.constant_ref is not None:
-            payload = self.graph.constants[n.constant_ref]
-            return payload if self.device is None else payload.to(self.device)
+            return self._payloads[n.constant_ref]
         if not n.is_literal:
             raise RuntimeError(f"disc: %{n.name} ({n.op}) was read before any step computed it")
         return get_spec("constant").reference(value=n.attrs["value"], dtype=n.attrs["dtype"], ref=None)

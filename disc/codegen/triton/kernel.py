@@ -431,11 +431,10 @@ def _loop_body(step: KernelStep, dims: DimArgs, assume: bool) -> tuple[_Emitter,
 
 
 def _combine_tile(kind: str, dtype: str, x: str, axis: int) -> str:
-    """``x`` (a tile whose masked positions hold the identity) reduced along ``axis``, keeping the dim."""
+    """``x`` (a tile whose masked positions hold the identity; int32 for bools, see ``_masked``)
+    reduced along ``axis``, keeping the dim."""
     if kind == "sum":
         return f"tl.sum({x}, axis={axis}, keep_dims=True)"
-    if dtype == "i1":
-        x = f"{x}.to(tl.int32)"
     out = f"tl.reduce({x}, {axis}, {REDUCE_COMBINE[kind]}, keep_dims=True)"
     return f"({out} != 0)" if dtype == "i1" else out
 

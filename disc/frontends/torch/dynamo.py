@@ -387,6 +387,15 @@ def _size_function(expr: Any, symbols: list[Any]) -> Callable[..., int]:
     return evaluate
 
 
+# A size as a function of some arguments' values: (function, [(argument, axis or None for an int argument)]).
+_SizeOfArgs = tuple[Callable[..., int], list[tuple[int, int | None]]]
+
+
+def _size_of(size: _SizeOfArgs, args: Sequence[Any]) -> int:
+    fn, sources = size
+    return int(fn(*[args[p] if axis is None else args[p].shape[axis] for p, axis in sources]))
+
+
 class _HostOutputs:
     """The outputs of an AOTAutograd graph that are not tensors disc computes.
 
@@ -413,59 +422,52 @@ class _HostOutputs:
                 for axis, d in enumerate(val.shape):
                     if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
                         where.setdefault(d.node.expr, (pos, axis))
-        self.sizes: dict[int, tuple[Callable[..., int], list[tuple[int, int | None]]]] = {}
-        for k, item in enumerate(layout):
-            if isinstance(item, torch.fx.Node):
-                val = item.meta.get("val")
-                if isinstance(val, torch.SymInt):
-                    expr = val.node.expr
-                    symbols = sorted(expr.free_symbols, key=str)
-                    missing = [s for s in symbols if s not in where]
-                    if missing:
-                        raise ValueError(f"output size {expr} uses {missing}, which no input carries")
-                    self.sizes[k] = (_size_function(expr, symbols), [where[s] for s in symbols])
-                else:
-                    raise ValueError(f"graph output {item.name} is neither a tensor nor a size")
 
-        def function(d: Any) -> tuple[Callable[..., int], list[tuple[int, int | None]]]:
+        def function(d: Any, what: str) -> _SizeOfArgs:
+            """How to compute size ``d`` (an int or a SymInt) from the call's arguments."""
             if not isinstance(d, torch.SymInt):
                 return (lambda: int(d)), []
             symbols = sorted(d.node.expr.free_symbols, key=str)
-            if any(x not in where for x in symbols):
-                raise ValueError(f"a view's stride {d.node.expr} uses a symbol no input carries")
+            missing = [x for x in symbols if x not in where]
+            if missing:
+                raise ValueError(f"{what} {d.node.expr} uses {missing}, which no input carries")
             return _size_function(d.node.expr, symbols), [where[x] for x in symbols]
+
+        self.sizes: dict[int, _SizeOfArgs] = {}
+        for k, item in enumerate(layout):
+            if isinstance(item, torch.fx.Node):
+                val = item.meta.get("val")
+                if not isinstance(val, torch.SymInt):
+                    raise ValueError(f"graph output {item.name} is neither a tensor nor a size")
+                self.sizes[k] = function(val, "output size")
 
         storages = {}
         for pos, node in enumerate(placeholders):
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor):
                 storages.setdefault(StorageWeakRef(val.untyped_storage()), pos)
-        self.views: dict[int, tuple[int, list[Any], list[Any], Any]] = {}  # output -> (argument, sizes, strides, offset)
+        self.views: dict[int, tuple[int, list[_SizeOfArgs], list[_SizeOfArgs], _SizeOfArgs]] = {}  # output -> (argument, sizes, strides, offset)
         for k, val in enumerate(values):
             if isinstance(self.layout[k], int) and isinstance(val, torch.Tensor):
                 pos = storages.get(StorageWeakRef(val.untyped_storage()))
                 if pos is not None:
-                    self.views[k] = (pos, [function(d) for d in val.shape], [function(d) for d in val.stride()], function(val.storage_offset()))
+                    sizes = [function(d, "a view's size") for d in val.shape]
+                    strides = [function(d, "a view's stride") for d in val.stride()]
+                    self.views[k] = (pos, sizes, strides, function(val.storage_offset(), "a view's offset"))
         self.trivial = not self.views and all(isinstance(x, int) for x in layout) and layout == list(range(len(layout)))
 
     def assemble(self, outs: list[torch.Tensor], args: Sequence[Any]) -> list[Any]:
         if self.trivial:
             return outs
         result: list[Any] = []
-        def value(fn_sources: tuple[Callable[..., int], list[tuple[int, int | None]]]) -> int:
-            fn, sources = fn_sources
-            return int(fn(*[args[p] if axis is None else args[p].shape[axis] for p, axis in sources]))
-
         for k, item in enumerate(self.layout):
             if k in self.views:
                 pos, sizes, strides, offset = self.views[k]
-                result.append(args[pos].as_strided([value(d) for d in sizes], [value(d) for d in strides], value(offset)))
+                result.append(args[pos].as_strided([_size_of(d, args) for d in sizes], [_size_of(d, args) for d in strides], _size_of(offset, args)))
             elif isinstance(item, int):
                 result.append(outs[item])
             elif k in self.sizes:
-                fn, sources = self.sizes[k]
-                values = [args[p] if axis is None else args[p].shape[axis] for p, axis in sources]
-                result.append(int(fn(*values)))
+                result.append(_size_of(self.sizes[k], args))
             else:
                 result.append(item)  # None, or a literal
         return result
