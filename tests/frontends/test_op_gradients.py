@@ -64,6 +64,14 @@ def _sdpa(**kw):
     return lambda q, k, v, *mask: F.scaled_dot_product_attention(q, k, v, *mask, **kw)
 
 
+def _same_padding(x: torch.Tensor) -> torch.Tensor:
+    # TF-style "same" padding for a 3-wide, stride-2 window, computed as MobileNetV2's code does:
+    # the amount is max(0, 3 - n % 2) (n odd on this stream), and its backward crops by it.
+    n = x.shape[-1]
+    total = max(3 - 2, 0) if n % 2 == 0 else max(3 - n % 2, 0)
+    return F.pad(x, (total // 2, total - total // 2)) * 2
+
+
 CASES: dict[str, Case] = {
     # Attention: float32 (the fused CPU kernel eager runs has no float64 path for every variant).
     "sdpa": Case(_sdpa(), lambda b, n, d: _heads(b, n, d), torch.float32, static=HEADS),
@@ -153,6 +161,7 @@ CASES: dict[str, Case] = {
     "interpolate_nearest": Case(
         lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), lambda b, n, d: (_r(d, b, 2, n, 3),), left_to_torch=TWO_INDEX
     ),
+    "same_padding": Case(_same_padding, lambda b, n, d: (_r(d, b, 2, n + 2),)),
     "pad_reflect": Case(
         lambda x: F.pad(x, (1, 1), mode="reflect"),
         lambda b, n, d: (_r(d, b, 2, n + 2),),

@@ -215,3 +215,34 @@ def test_an_unknown_option_or_partitioner_is_a_clear_error() -> None:
     with pytest.raises(Exception, match="partitioner 'greedy' is not one of"):
         torch.compile(model, backend="disc", options={"partitioner": "greedy"})(torch.randn(2, 4, requires_grad=True))
     torch._dynamo.reset()
+
+
+def test_training_batch_norm_sums_its_statistics_in_float64_on_the_cpu_as_eager_does() -> None:
+    # Few values per channel far from zero: float32 sums of them lose the variance. Eager's CPU
+    # kernels sum in double; torch's decomposition (what disc compiled before) summed in float32
+    # and its gradients were 4e-3 off eager. Now its forward is at the float64 result (eager's
+    # x*alpha + beta in float32 is 1e-3 off at 2 values per channel), and each gradient is as
+    # close to float64 as eager's (both backwards read the mean saved in float32).
+    def bn(x, w, b):
+        return torch.nn.functional.batch_norm(x, None, None, w, b, training=True)
+
+    def distance(a: torch.Tensor, exact: torch.Tensor) -> float:
+        return ((a.double() - exact).abs().max() / exact.abs().max()).item()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(bn, backend="disc", dynamic=True)
+    for n in (3, 1, 6):
+        torch.manual_seed(n)
+        x = (300 + 0.01 * torch.randn(2, 4, n, 1)).requires_grad_()
+        w, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+        dy = torch.randn(2, 4, n, 1)
+        out = compiled(x, w, b)
+        mine = [out, *torch.autograd.grad(out, (x, w, b), dy)]
+        ref = bn(x, w, b)
+        eager = [ref, *torch.autograd.grad(ref, (x, w, b), dy)]
+        x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+        ref64 = bn(x64, w64, b64)
+        exact = [ref64.detach(), *torch.autograd.grad(ref64, (x64, w64, b64), dy.double())]
+        for name, m, e, t in zip(["output", "grad x", "grad w", "grad b"], mine, eager, exact):
+            ours, theirs = distance(m, t), distance(e, t)
+            assert ours <= max(1e-6, 1.5 * theirs), f"{name} at length {n}: {ours:.1e} from float64, eager {theirs:.1e}"

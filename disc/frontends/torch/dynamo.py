@@ -132,8 +132,31 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
     # torch decomposes the CPU flash-attention kernel into math that returns the probability
     # matrix where its backward reads logsumexp: disc lowers the kernel itself (lowering_attention).
     table.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
-    table.update(get_decompositions([aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit, aten.native_batch_norm_backward]))
+    batch_norm = get_decompositions([aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit, aten.native_batch_norm_backward])
+    table.update({op: _statistics_in_double_on_cpu(fn, 2 if op is aten.native_batch_norm_backward.default else 1) for op, fn in batch_norm.items()})
     return table
+
+
+def _statistics_in_double_on_cpu(decomposition: Callable[..., Any], tensor_args: int) -> Callable[..., Any]:
+    """``decomposition`` run in float64 for float32 tensors on the CPU, its results cast back.
+
+    Eager's CPU BatchNorm kernels sum in double (``acc_type<float, false>``); torch's
+    decomposition sums in float32. Over a few values per channel (a small feature map at
+    batch 1) that difference is amplified by ``1/std`` past 1e-4; following eager keeps disc
+    as close to exact as eager is. The first ``tensor_args`` arguments (the input, and the
+    output gradient in the backward) carry the dtype the decomposition computes in.
+    """
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        first = args[0]
+        if first.device.type != "cpu" or first.dtype != torch.float32:
+            return decomposition(*args, **kwargs)
+        upcast = tuple(a.double() if i < tensor_args and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
+        back = lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t  # noqa: E731
+        out = decomposition(*upcast, **kwargs)
+        return tuple(back(t) for t in out) if isinstance(out, (tuple, list)) else back(out)
+
+    return run
 
 
 def _partitioner(name: str | None = None) -> Callable[..., Any]:

@@ -228,12 +228,30 @@ class Importer:
         name = type(e).__name__
         if name == "FloorDiv" and e.args[1].is_Integer:
             return self._sympy(e.args[0]) // int(e.args[1])
-        # Anything else (Max, CeilToInt, ...): a fresh symbol, computed at run time
-        # by the op that produces the tensor.
+        if name in ("Mod", "PythonMod") and e.args[1].is_Integer and int(e.args[1]) > 0:
+            x = self._sympy(e.args[0])
+            return x - (x // int(e.args[1])) * int(e.args[1])
         key = sympy.Symbol(f"__expr_{e}")
+        if name in ("Max", "Min") and key not in self.symbols:
+            # A padding's size (max(0, k - n % s)) that a backward receives as a number: computed
+            # from its operands by index ops, whose shape rule names it, where they have values.
+            try:
+                return self._max_min("imax" if name == "Max" else "imin", e.args)
+            except LoweringError:
+                pass
+        # Anything else (CeilToInt, ...): a fresh symbol, computed at run time by the op that
+        # produces the tensor.
         if key not in self.symbols:
             self.symbols[key] = self.graph.constraints.new_symbol("u", source=f"torch expression {e}")
         return self.symbols[key]
+
+    def _max_min(self, op: str, args: Sequence[sympy.Expr]) -> SymExpr:
+        node = self.index(self._sympy(args[0]))
+        for arg in args[1:]:
+            node = self.graph.add(op, (node, self.index(self._sympy(arg))))
+        value = self.graph.constraints.normalize(as_expr(node.type.value))
+        self.index_cache.setdefault(value, node)
+        return value
 
     def index(self, d: DimLike) -> Node:
         """An index node with value ``d``, built from known index values by arithmetic."""

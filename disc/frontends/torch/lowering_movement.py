@@ -204,23 +204,43 @@ def _pad(ctx: Importer, fx_node, x: Node, pad: Sequence[int], value: float = 0.0
 
 
 def _pad_dynamic(ctx: Importer, x: Node, pad: Sequence[Any], value: float) -> Node:
-    """Padding by amounts computed from sizes ("same" padding, which depends on a size's parity):
-    blocks of ``value`` concatenated on each side, one axis at a time."""
+    """Padding by amounts computed from sizes ("same" padding, which depends on a size's parity).
+
+    An amount may be negative: the backward of such a padding crops by it. Each side crops by
+    ``max(-amount, 0)`` (a slice), then grows by ``max(amount, 0)`` (blocks of ``value``
+    concatenated), one axis at a time; where the sign is provable one of the two is nothing.
+    """
     rank = x.tensor_type.rank
-    c = ctx.graph.constraints
     for i in range(len(pad) // 2):
         axis = rank - 1 - i
-        low, high = [], []
-        for block, amount in ((low, pad[2 * i]), (high, pad[2 * i + 1])):
-            size = size_value(ctx, amount)
-            if isinstance(size, int) and size < 0:
-                raise LoweringError("constant_pad_nd that crops (a negative amount) beside a computed one")
-            if not isinstance(size, int) and not c.prove_ge(size, 0):
-                c.assume(size, ">=", 0, "constant_pad_nd: a computed padding amount must not be negative")
-            shape = [size if k == axis else d for k, d in enumerate(x.shape)]
-            block.append(broadcast_to(ctx, scalar(ctx, value, x.dtype), shape))
-        x = ctx.graph.add("concat", [*low, x, *high], {"axis": axis})
+        low, high = (as_expr(size_value(ctx, a)) for a in (pad[2 * i], pad[2 * i + 1]))
+        crop_low, crop_high = _positive_part(ctx, -low), _positive_part(ctx, -high)
+        if not (_is_zero(crop_low) and _is_zero(crop_high)):
+            x = slice_axis(ctx, x, axis, crop_low, as_expr(x.shape[axis]) - crop_high)
+        grow = [_positive_part(ctx, low), _positive_part(ctx, high)]
+        blocks = [broadcast_to(ctx, scalar(ctx, value, x.dtype), [g if k == axis else d for k, d in enumerate(x.shape)]) if not _is_zero(g) else None for g in grow]
+        if any(b is not None for b in blocks):
+            x = ctx.graph.add("concat", [b for b in (blocks[0], x, blocks[1]) if b is not None], {"axis": axis})
     return x
+
+
+def _is_zero(d: DimLike) -> bool:
+    return as_expr(d).is_const and as_expr(d).const_value == 0
+
+
+def _positive_part(ctx: Importer, e: SymExpr) -> DimLike:
+    """``max(e, 0)``: ``e`` or 0 where the sign is provable, else an index op decides at run time."""
+    c = ctx.graph.constraints
+    if e.is_const:
+        return max(e.const_value, 0)
+    if c.prove_ge(e, 0):
+        return e
+    if c.prove_ge(-e, 0):
+        return 0
+    m = ctx.graph.add("imax", (ctx.index(e), ctx.index(0)))
+    value = c.normalize(as_expr(m.type.value))  # type: ignore[union-attr]
+    ctx.index_cache.setdefault(value, m)
+    return value
 
 
 @lower(aten.embedding.default)
