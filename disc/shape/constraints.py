@@ -47,6 +47,9 @@ class SymbolFacts:
     hi: int | None = None
     divisor: int = 1
     source: str = ""
+    # The value in the example the graph was traced with, where known: a hint that disproves
+    # equalities cheaply (two values that differ there are not equal), never a fact.
+    example: int | None = None
 
     def describe(self) -> str:
         hi = "inf" if self.hi is None else str(self.hi)
@@ -122,6 +125,7 @@ class ShapeConstraints:
         divisor: int = 1,
         source: str = "",
         name: str | None = None,
+        example: int | None = None,
     ) -> SymExpr:
         if name is None:
             while True:
@@ -131,7 +135,7 @@ class ShapeConstraints:
         elif name in self.facts:
             return SymExpr.symbol(name)
         self.changed()
-        self.facts[name] = SymbolFacts(name, lo=lo, hi=hi, divisor=divisor, source=source)
+        self.facts[name] = SymbolFacts(name, lo=lo, hi=hi, divisor=divisor, source=source, example=example)
         self.parent[name] = name
         return SymExpr.symbol(name)
 
@@ -353,14 +357,41 @@ class ShapeConstraints:
             self.parent.setdefault(root, root)
         return self.facts[root]
 
+    def example_value(self, d: DimLike) -> int | None:
+        """``d`` in the traced example (from the symbols' ``example`` hints), or None if unknown."""
+        e = self.normalize(d)
+        env: dict[str, int] = {}
+        for name in e.symbols():
+            f = self.facts.get(self.find(name))
+            if f is None or f.example is None:
+                return None
+            env[name] = f.example
+        try:
+            return e.evaluate(env)
+        except (KeyError, ZeroDivisionError):
+            return None
+
     # -- proofs -------------------------------------------------------------
-    def prove_equal(self, a: DimLike, b: DimLike) -> bool:
+    def prove_equal(self, a: DimLike, b: DimLike, effort: int = _SEARCH_STATES) -> bool:
+        """``a == b`` for every value; ``effort`` bounds the product-equality search (states)."""
         ea, eb = self.normalize(a), self.normalize(b)
         if ea == eb:
             return True
-        return self._products_equal(ea, eb)
+        if not self.product_equalities:
+            return False
+        # Values that differ in the traced example are not equal: no search for a proof.
+        x, y = self.example_value(ea), self.example_value(eb)
+        if x is not None and y is not None and x != y:
+            return False
+        # The search is the costly part, and the verifier and each rebuild ask the same
+        # questions again (Swin: thousands of reshapes between window and image layouts).
+        known = self.derived_cache()
+        key = ("prove_equal", ea, eb, effort)
+        if key not in known:
+            known[key] = known["prove_equal", eb, ea, effort] = self._products_equal(ea, eb, effort)
+        return known[key]
 
-    def _products_equal(self, ea: SymExpr, eb: SymExpr) -> bool:
+    def _products_equal(self, ea: SymExpr, eb: SymExpr, effort: int = _SEARCH_STATES) -> bool:
         """Prove ``ea == eb`` from the product equalities, by a bounded search.
 
         The difference ``ea - eb`` is rewritten by steps that keep "it is zero"
@@ -379,11 +410,14 @@ class ShapeConstraints:
         """
         if not self.product_equalities:
             return False
-        rels: list[SymExpr] = []
-        for lhs, rhs in self.product_equalities:
-            rel = _primitive(self.normalize(lhs) - self.normalize(rhs), strip_atoms=False)
-            if rel.terms and rel not in rels:
-                rels.append(rel)
+        known = self.derived_cache()
+        rels: list[SymExpr] | None = known.get("product_relations")
+        if rels is None:
+            rels = known["product_relations"] = []
+            for lhs, rhs in self.product_equalities:
+                rel = _primitive(self.normalize(lhs) - self.normalize(rhs), strip_atoms=False)
+                if rel.terms and rel not in rels:
+                    rels.append(rel)
         if not rels:
             return False
         tie = itertools.count()
@@ -403,7 +437,7 @@ class ShapeConstraints:
 
         if push(ea - eb):
             return True
-        while heap and len(seen) < _SEARCH_STATES:
+        while heap and len(seen) < effort:
             _, _, d = heapq.heappop(heap)
             atoms = {a for m, _ in d.terms for a in m}
             for rel in rels:

@@ -332,13 +332,23 @@ def dim_str(d: DimLike) -> str:
 
 
 def exact_divide(num: SymExpr, den: SymExpr) -> SymExpr | None:
-    """``num / den`` when ``den`` is a single monomial dividing every term of ``num``.
+    """``num / den`` when it is a polynomial: ``den`` a single monomial dividing every term of
+    ``num``, or a sum whose multiple by one monomial is ``num``.
 
     This is the cancellation of common factors used by reshape with ``-1``
-    (``[a, b, 64] -> [a*b, -1]`` gives ``64``); ``None`` when not exact.
+    (``[a, b, 64] -> [a*b, -1]`` gives ``64``; a padded size over its window count,
+    ``4*(h - 3*h//4)`` over ``h - 3*h//4``, gives ``4``); ``None`` when not exact.
     """
     mono = den.as_monomial()
     if mono is None:
+        if not den.terms:
+            return None
+        # Each quotient candidate divides one term of num by den's first term.
+        first = SymExpr.from_terms(dict(den.terms[:1]))
+        for m, c in num.terms:
+            q = exact_divide(SymExpr.from_terms({m: c}), first)
+            if q is not None and den * q == num:
+                return q
         return None
     dc, dm = mono
     if dc == 0:

@@ -5,8 +5,8 @@
 
 Each op is classed as: ok (disc compiled it and matches eager), fallback (right, but some op
 ran in PyTorch: listed), wrong (a value differs: the worst failure), crash (disc raised where eager
-did not), skipped (eager itself raised, or the op draws random numbers). Needs ``expecttest``,
-which PyTorch's test helpers import.
+did not), skipped (eager itself raised, or torch.compile with backend="eager" did, or the op draws
+random numbers). Needs ``expecttest``, which PyTorch's test helpers import.
 """
 
 from __future__ import annotations
@@ -62,10 +62,20 @@ def _leaves(sample: Any) -> tuple[list[torch.Tensor], Any]:
 
 def _flat(out: Any) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
-        return [out]
+        return [out.to_dense() if out.layout != torch.strided else out]  # to_sparse's result
     if isinstance(out, (list, tuple)):
         return [t for o in out for t in _flat(o)]
     return []
+
+
+def _dynamo_alone_raises(fn: Any, tensors: list[torch.Tensor]) -> bool:
+    """Whether torch.compile without a compiler (backend="eager") raises on this call too."""
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend="eager", dynamic=True)(*tensors)
+    except Exception:
+        return True
+    return False
 
 
 def check(op: Any, samples: int, seconds: int) -> dict[str, Any]:
@@ -96,6 +106,9 @@ def check(op: Any, samples: int, seconds: int) -> dict[str, Any]:
         except _Timeout:
             return {**row, "class": "crash", "why": f"over {seconds} s"}
         except Exception as e:
+            signal.alarm(0)
+            if _dynamo_alone_raises(fn, tensors):
+                return {**row, "class": "skipped", "why": f"dynamo itself raised (backend='eager' too): {type(e).__name__}"}
             return {**row, "class": "crash", "why": f"{type(e).__name__}: {e}"[:300]}
         finally:
             signal.alarm(0)

@@ -96,6 +96,10 @@ COMPOSITES = {
     "normalize": lambda x, y: F.normalize(x, dim=-1) + F.normalize(y, dim=1),
     "std": lambda x, y: (x.std(-1), y.std(dim=1, keepdim=True), x.std(dim=(0, 1), correction=0)),
     "logsumexp": lambda x, y: (x.logsumexp(-1), torch.logsumexp(y, dim=(0, 1), keepdim=True), (x * 1e30).logsumexp(1)),
+    # round's decimals were dropped (plain round: wrong by up to 0.5 with no error)
+    "round_decimals": lambda x, y: ((x * 300).round(decimals=2), (y * 3000).round(decimals=-2), x.round(decimals=0)),
+    # A 0-d tensor's dim 0 (or -1) is the tensor itself: these reduce nothing (was a codegen crash).
+    "reduce_0d": lambda x, y: (x.sum().logsumexp(0), y.amax().sum(-1, keepdim=True), torch.softmax(x.mean(), 0), y.sum().mean(dim=(0,))),
     "rms_norm": lambda x, y: F.rms_norm(x, (3,)) + F.rms_norm(y, (3,), y[0, 0], eps=1e-3),
     "group_norm": lambda x, y: (F.group_norm(x.transpose(1, 2), 1, y[0, 0], y[0, 0] * 0.1), F.group_norm(torch.cat([x, y], -1).transpose(1, 2), 2)),
     "stack": lambda x, y: (torch.stack([x, y, x * y], dim=1), torch.stack([y], dim=-1)),

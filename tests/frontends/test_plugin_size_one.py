@@ -46,6 +46,8 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], Callable[[int, int], tuple]]
     "embedding": (lambda w, i: F.embedding(i, w), lambda b, n: (_r(10, n), torch.randint(0, 10, (b, 2)))),
     "gelu": (lambda x: F.gelu(x), lambda b, n: (_r(b, n),)),
     "conv2d": (lambda x, w: F.conv2d(x, w, padding=1), lambda b, n: (_r(b, 3, n, n), _r(4, 3, 3, 3))),
+    # linalg.cond's ratio: x[..., :1] is min(n, 1) wide, which torch traced as 1 and squeezed
+    "squeeze_sliced_column": (lambda x: (x[..., :1] / x[..., -1:]).squeeze(-1), lambda b, n: (_r(b, n),)),
     "max_pool_ceil": (lambda x: F.max_pool2d(x, 2, ceil_mode=True), lambda b, n: (_r(b, 2, n, n),)),
 }
 

@@ -441,3 +441,24 @@ def test_an_unbounded_below_multiple_keeps_minus_infinity():
     a = c.new_symbol(name="a", lo=-INF, hi=10, divisor=4)
     assert c.bounds(a) == (-INF, 8)
     assert c.bounds(a * 2 + 1) == (-INF, 17)
+
+
+def test_example_values_disprove_without_a_search_and_never_prove():
+    # The traced example's values (a hint, not a fact): two sizes that differ there cannot be
+    # equal, so the product prover is not asked; sizes equal there still need a proof.
+    c = ShapeConstraints()
+    a, b, cc, d = (c.new_symbol(name=n, lo=1, example=v) for n, v in (("a", 2), ("b", 6), ("c", 3), ("d", 4)))
+    c.add_equal(a * b, cc * d)
+    assert c.example_value(a * b - cc * d + 5) == 5
+    assert c.example_value((a * b + 1) // 4) == 3
+    calls = []
+    search = c._products_equal
+    c._products_equal = lambda x, y, effort: calls.append((x, y)) or search(x, y, effort)
+    assert not c.prove_equal(a, cc) and calls == []  # 2 != 3 in the example
+    assert c.prove_equal(3 * a * b, 3 * d * cc) and len(calls) == 1
+    # equal in the example is no proof: b*c == 18 == 3*b there, yet b*c == 3*b is not implied
+    assert not c.prove_equal(b * cc, 3 * b) and len(calls) == 2
+    # a symbol without an example gives no value, and the prover decides
+    u = c.new_symbol(name="u", lo=1)
+    assert c.example_value(u + a) is None
+    assert not c.prove_equal(u, a) and len(calls) == 3

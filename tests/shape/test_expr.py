@@ -170,6 +170,18 @@ def test_exact_divide_is_exact(t, den):
     assert num // den == q
 
 
+def test_exact_divide_by_a_sum_finds_a_monomial_quotient():
+    # Swin's window size: its padded side 4*ceil(h/4), written 4*(h - 3*h//4), over the window count
+    a, b = S["a"], S["b"]
+    windows = a - (3 * a) // 4
+    assert exact_divide(4 * a - 4 * ((3 * a) // 4), windows) == SymExpr.const(4)
+    assert exact_divide(b * windows * 3, windows) == 3 * b
+    assert exact_divide(windows, windows) == SymExpr.const(1)
+    assert exact_divide(windows + 1, windows) is None
+    assert exact_divide(a * a + b * b, a + b) is None  # (a + b)^2 - 2ab: no monomial multiple
+    assert (4 * a - 4 * ((3 * a) // 4)) // windows == SymExpr.const(4)
+
+
 def test_exact_divide_refuses_inexact():
     a, b = S["a"], S["b"]
     assert exact_divide(a * b + 1, a) is None

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from disc.errors import CompileError
 from disc.frontends.torch.importer import InputSpec, import_fx
 
 
@@ -314,6 +315,10 @@ def _compile_aten(
     from disc.passes.pipeline import run_pipeline
     from disc.runtime.backend import example_device, executor_device, make_executor
 
+    if any(n.target is torch.ops.higher_order.with_effects for n in fx_gm.graph.nodes):
+        # An op with side effects (linalg's error checks) threads an effect token, which
+        # AOTAutograd passes as None at run time: a graph disc would have to take a None for.
+        raise CompileError("the graph threads an effect token (an op with side effects): it runs in PyTorch")
     placeholders = [n for n in fx_gm.graph.nodes if n.op == "placeholder"]
     constants = {placeholders[pos].target: value.detach() for pos, value in constants_at.items()}
     specs: list[InputSpec] = []

@@ -21,7 +21,7 @@ import torch.fx
 
 from disc.ir.graph import Graph, Node
 from disc.ir.types import TensorType, dtype_of_torch
-from disc.shape.expr import DimLike, SymExpr, as_expr, simplify_dim
+from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, simplify_dim
 
 
 class LoweringError(Exception):
@@ -180,6 +180,7 @@ class Importer:
     def __init__(self, name: str = "main") -> None:
         self.graph = Graph(name=name)
         self.symbols: dict[sympy.Symbol, SymExpr] = {}
+        self.examples: dict[sympy.Symbol, sympy.Integer] = {}  # torch's hints: each symbol's traced value
         self.index_cache: dict[SymExpr, Node] = {}
         self.mask_positions: dict[Node, Node] = {}  # a boolean mask -> its nonzero (one count per mask)
         self.fallbacks: dict[str, Fallback] = {}
@@ -208,7 +209,7 @@ class Importer:
             return SymExpr.const(int(e))
         if e.is_Symbol:
             if e not in self.symbols:
-                self.symbols[e] = self.graph.constraints.new_symbol("u", source=f"torch symbol {e}")
+                self.symbols[e] = self.graph.constraints.new_symbol("u", source=f"torch symbol {e}", example=self._example(e))
             return self.symbols[e]
         if isinstance(e, sympy.Add):
             out = SymExpr.const(0)
@@ -228,27 +229,47 @@ class Importer:
         name = type(e).__name__
         if name == "FloorDiv" and e.args[1].is_Integer:
             return self._sympy(e.args[0]) // int(e.args[1])
+        key = sympy.Symbol(f"__expr_{e}")
+        if name == "FloorDiv" and key not in self.symbols:
+            # A division by a size (a window count's -1 in a view): exact where the divisor is a
+            # factor of the dividend (a padded size over its number of windows), else computed.
+            num, den = (self.graph.constraints.normalize(self._sympy(a)) for a in e.args)
+            quotient = exact_divide(num, den)
+            if quotient is not None:
+                return quotient
+            try:
+                return self._index_op("ifloordiv", [num, den])
+            except LoweringError:
+                pass
         if name in ("Mod", "PythonMod") and e.args[1].is_Integer and int(e.args[1]) > 0:
             x = self._sympy(e.args[0])
             return x - (x // int(e.args[1])) * int(e.args[1])
-        key = sympy.Symbol(f"__expr_{e}")
         if name in ("Max", "Min") and key not in self.symbols:
             # A padding's size (max(0, k - n % s)) that a backward receives as a number: computed
             # from its operands by index ops, whose shape rule names it, where they have values.
             try:
-                return self._max_min("imax" if name == "Max" else "imin", e.args)
+                return self._index_op("imax" if name == "Max" else "imin", [self._sympy(a) for a in e.args])
             except LoweringError:
                 pass
         # Anything else (CeilToInt, ...): a fresh symbol, computed at run time by the op that
         # produces the tensor.
         if key not in self.symbols:
-            self.symbols[key] = self.graph.constraints.new_symbol("u", source=f"torch expression {e}")
+            self.symbols[key] = self.graph.constraints.new_symbol("u", source=f"torch expression {e}", example=self._example(e))
         return self.symbols[key]
 
-    def _max_min(self, op: str, args: Sequence[sympy.Expr]) -> SymExpr:
-        node = self.index(self._sympy(args[0]))
+    def _example(self, e: sympy.Expr) -> int | None:
+        """``e``'s value in the example torch traced (its symbols' hints), where it has one."""
+        try:
+            value = e.xreplace(self.examples) if self.examples else None
+            return int(value) if value is not None and value.is_Integer else None
+        except (TypeError, ValueError, ZeroDivisionError):
+            return None
+
+    def _index_op(self, op: str, args: Sequence[SymExpr]) -> SymExpr:
+        """The value of index op ``op`` folded over ``args`` (each computed from known values)."""
+        node = self.index(args[0])
         for arg in args[1:]:
-            node = self.graph.add(op, (node, self.index(self._sympy(arg))))
+            node = self.graph.add(op, (node, self.index(arg)))
         value = self.graph.constraints.normalize(as_expr(node.type.value))
         self.index_cache.setdefault(value, node)
         return value
@@ -374,6 +395,19 @@ def _shape_attr(shape: Sequence[DimLike]) -> tuple[str, ...]:
 LoweringFn = Callable[..., Any]
 
 
+def _traced_values(gm: torch.fx.GraphModule) -> dict[sympy.Symbol, sympy.Integer]:
+    """The values torch's symbols had in the example it traced ``gm`` with (its shape env's hints)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        sizes = [val] if isinstance(val, torch.SymInt) else list(val.shape) if isinstance(val, torch.Tensor) else []
+        for s in sizes:
+            if isinstance(s, torch.SymInt):
+                env = s.node.shape_env
+                # torch 2.13 renamed var_to_val (deprecated there) to backed_var_to_val.
+                return dict(getattr(env, "backed_var_to_val", None) or env.var_to_val)
+    return {}
+
+
 def import_fx(
     gm: torch.fx.GraphModule,
     inputs: Sequence[InputSpec],
@@ -400,6 +434,7 @@ def import_fx(
 
     imp = Importer(name)
     imp.allow_rng = allow_rng
+    imp.examples = _traced_values(gm)
     g = imp.graph
     user_inputs = iter(inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -476,7 +511,8 @@ def _add_input(imp: Importer, spec: InputSpec, val: Any) -> Node:
     dims: list[DimLike] = []
     for axis, size in enumerate(val.shape):
         if axis in spec.dims:
-            sym = c.new_symbol(name=spec.dims[axis], lo=0, source=f"input '{spec.name}' dim {axis}")
+            example = imp._example(size.node.expr) if isinstance(size, torch.SymInt) else int(size)
+            sym = c.new_symbol(name=spec.dims[axis], lo=0, source=f"input '{spec.name}' dim {axis}", example=example)
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                 prev = imp.symbols.get(size.node.expr)
                 if prev is not None and prev != sym:

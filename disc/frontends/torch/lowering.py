@@ -136,13 +136,15 @@ def reshape(ctx: Importer, x: Node, shape: Sequence[DimLike]) -> Node:
 
 
 def reduce(ctx: Importer, x: Node, dims: Sequence[int], kind: str, keepdim: bool) -> Node:
+    if x.tensor_type.rank == 0:
+        dims = ()  # a 0-d tensor's dim 0 or -1 names the tensor itself: nothing reduces
     return ctx.graph.add("reduce", (x,), {"dims": tuple(sorted(dims)), "kind": kind, "keepdim": keepdim})
 
 
 def reduce_dims(x: Node, dims: Any) -> list[int]:
     rank = x.tensor_type.rank
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        return list(range(rank))
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0) or rank == 0:
+        return list(range(rank))  # a 0-d tensor's dims (0 or -1, torch checked them) name nothing to reduce
     if isinstance(dims, int):
         dims = [dims]
     return sorted({norm_axis(d, rank) for d in dims})
@@ -289,8 +291,32 @@ _UNARY = {
     aten.log2: "log2", aten.log10: "log10", aten.tan: "tan", aten.asin: "asin", aten.acos: "acos", aten.atan: "atan",
     aten.sinh: "sinh", aten.cosh: "cosh", aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh",
 }
+
+
+def _unary(op: str) -> Callable[..., Node]:
+    def fn(ctx: Importer, fx_node, x: Node, **kwargs: Any) -> Node:
+        if kwargs:  # an overload with options (round's decimals): never drop one silently
+            raise LoweringError(f"{op} with {sorted(kwargs)}")
+        return elementwise(ctx, op, [x], meta_dtype(fx_node))
+
+    return fn
+
+
 for _t, _op in _UNARY.items():
-    LOWERINGS[_t] = (lambda op: lambda ctx, fx_node, x, **kw: elementwise(ctx, op, [x], meta_dtype(fx_node)))(_op)
+    LOWERINGS[_t] = _unary(_op)
+
+
+@lower(aten.round.decimals)
+def _round_decimals(ctx: Importer, fx_node, x: Node, *, decimals: int = 0) -> Node:
+    # Eager's kernel, in float for 16-bit inputs: round(x * 10^d) / 10^d, or for d < 0
+    # round(x / 10^-d) * 10^-d (10^-d itself is not exact in binary).
+    dtype = meta_dtype(fx_node)
+    if decimals == 0:
+        return elementwise(ctx, "round", [x], dtype)
+    math_dtype = "f32" if dtype in ("f16", "bf16") else dtype
+    scale, (apply, undo) = float(10 ** abs(decimals)), (("mul", "div") if decimals > 0 else ("div", "mul"))
+    scaled = elementwise(ctx, apply, [convert(ctx, x, math_dtype), scale], math_dtype)
+    return convert(ctx, elementwise(ctx, undo, [elementwise(ctx, "round", [scaled], math_dtype), scale], math_dtype), dtype)
 
 
 @lower(aten.isnan.default)

@@ -103,16 +103,25 @@ def _squeeze(ctx: Importer, fx_node, x: Node, dims: Any = None) -> Node:
     rank = x.tensor_type.rank
     axes = range(rank) if dims is None else ([dims] if isinstance(dims, int) else dims)
     c = ctx.graph.constraints
-    drop = set()
+    drop, unknown = set(), []
     for a in axes:
         a = norm_axis(a, rank)
-        d = x.shape[a]
-        if c.prove_is_one(d):
+        if c.prove_is_one(x.shape[a]):
             drop.add(a)
-        elif not c.prove_not_one(d):
-            # torch traced this dim as != 1 (so it was kept); eager would drop it
-            # at size 1, so that case must not run silently: it is checked.
-            c.assume(d, "!=", 1, f"squeeze of dim {a} traced as not 1")
+        elif not c.prove_not_one(x.shape[a]):
+            unknown.append(a)
+    # torch decided each unknown dim from its traced size (its output's rank says how many it
+    # dropped); eager decides at run time, so that decision is checked.
+    val = fx_node.meta.get("val")
+    dropped = rank - len(drop) - val.dim() if isinstance(val, torch.Tensor) else 0
+    if dropped not in (0, len(unknown)):
+        raise LoweringError(f"squeeze of dims {unknown}: torch dropped {dropped} of them, which ones is not known")
+    for a in unknown:
+        if dropped:
+            c.assume(x.shape[a], "==", 1, f"squeeze of dim {a} traced as 1")
+            drop.add(a)
+        else:
+            c.assume(x.shape[a], "!=", 1, f"squeeze of dim {a} traced as not 1")
     return reshape(ctx, x, [d for i, d in enumerate(x.shape) if i not in drop])
 
 

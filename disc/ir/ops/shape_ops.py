@@ -54,7 +54,13 @@ def fresh_symbol(ctx: ShapeContext, kind: str, a: SymExpr, b: SymExpr, lo: float
     """
     digest = hashlib.sha1(f"{kind}({a}, {b})".encode()).hexdigest()[:6]
     bound_hi = None if hi == math.inf else int(hi)
-    return ctx.constraints.new_symbol(name=f"{kind}_{digest}", lo=lo, hi=bound_hi, source=f"{kind}({a}, {b})")
+    c = ctx.constraints
+    x, y = c.example_value(a), c.example_value(b)
+    example = None if x is None or y is None or (kind == "div" and y == 0) else _EXAMPLE_OPS[kind](x, y)
+    return c.new_symbol(name=f"{kind}_{digest}", lo=lo, hi=bound_hi, source=f"{kind}({a}, {b})", example=example)
+
+
+_EXAMPLE_OPS = {"div": lambda x, y: x // y, "max": max, "min": min}
 
 
 def _floordiv(ctx: ShapeContext, a: SymExpr, b: SymExpr):
