@@ -48,6 +48,15 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], Callable[[int, int], tuple]]
     "conv2d": (lambda x, w: F.conv2d(x, w, padding=1), lambda b, n: (_r(b, 3, n, n), _r(4, 3, 3, 3))),
     # linalg.cond's ratio: x[..., :1] is min(n, 1) wide, which torch traced as 1 and squeezed
     "squeeze_sliced_column": (lambda x: (x[..., :1] / x[..., -1:]).squeeze(-1), lambda b, n: (_r(b, n),)),
+    # a contiguous as_strided (Swin's pooler spells adaptive_avg_pool1d's view so) is a reshape
+    "as_strided_contiguous": (lambda x: torch.as_strided(x * 2, (x.shape[0], x.shape[1], 1), (x.shape[1], 1, 1)) + 1, lambda b, n: (_r(b, n),)),
+    # several index tensors (broadcast together, negative ones from the end), and transformers'
+    # padding-mask function's spelling of it
+    "index_two_tensors": (lambda x, i, j: x[i, j] * 2, lambda b, n: (_r(b, n, 3), torch.randint(-b, b, (3, 1)), torch.randint(-n, n, (4,)))),
+    "index_mask_function": (
+        lambda m: m[torch.arange(m.shape[0])[:, None, None], torch.arange(m.shape[1])[None, None, :]].float(),
+        lambda b, n: (torch.rand(b, n) > 0.5,),
+    ),
     "max_pool_ceil": (lambda x: F.max_pool2d(x, 2, ceil_mode=True), lambda b, n: (_r(b, 2, n, n),)),
 }
 

@@ -32,3 +32,18 @@ def test_views_of_inputs_come_back_as_eagers_views(train: bool) -> None:
             torch.testing.assert_close(gx, wx, msg=f"gradient at {shape}")
     new = disc.reports()[before:]
     assert new and all(r.graph.name != "not_compiled" for r in new), [r.name for r in new]
+
+
+def test_an_as_strided_that_reorders_runs_in_pytorch_with_eagers_answer() -> None:
+    # disc holds tensors contiguously: only a contiguous as_strided is a reshape it can do.
+    def transpose_by_strides(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        return torch.as_strided(y, (y.shape[1], y.shape[0]), (1, y.shape[1])) + 1
+
+    torch._dynamo.reset()
+    before = len(disc.reports())
+    compiled = torch.compile(transpose_by_strides, backend="disc", dynamic=True)
+    for shape in [(3, 5), (1, 1), (4, 7)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), transpose_by_strides(x))
+    assert all(r.fallbacks == {"aten.as_strided.default": 1} for r in disc.reports()[before:])

@@ -15,6 +15,7 @@ import torch
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import (
     aten,
+    broadcast_shapes,
     broadcast_to,
     convert,
     elementwise,
@@ -23,6 +24,7 @@ from disc.frontends.torch.lowering import (
     norm_axis,
     reshape,
     scalar,
+    select,
     size_value,
 )
 from disc.ir.graph import Node
@@ -51,6 +53,36 @@ def view(ctx: Importer, x: Node, dims: list[DimLike | None]) -> Node:
         dims[dims.index(None)] = missing.type.value  # type: ignore[union-attr]
         ctx.index_cache.setdefault(ctx.graph.constraints.normalize(as_expr(missing.type.value)), missing)  # type: ignore[union-attr]
     return reshape(ctx, x, [d for d in dims if d is not None])
+
+
+@lower(aten.as_strided.default)
+def _as_strided(ctx: Importer, fx_node, x: Node, size: Sequence[Any], stride: Sequence[Any], storage_offset: Any = None) -> Node:
+    # disc stores every tensor contiguously, so a view of a contiguous tensor's storage that
+    # is itself contiguous over all of it is a reshape (a pooler's adaptive average decomposes
+    # to one). Any other layout would read the storage in an order disc does not keep.
+    c = ctx.graph.constraints
+    src = fx_node.args[0].meta.get("val")
+    if not isinstance(src, torch.Tensor) or not _contiguous(ctx, [ctx.sym_to_expr(d) for d in src.shape], src.stride()):
+        raise LoweringError("as_strided of a tensor torch does not hold contiguously")
+    shape = [size_value(ctx, d) for d in size]
+    offset = 0 if storage_offset is None else size_value(ctx, storage_offset)
+    if not (c.prove_equal(offset, 0) and _contiguous(ctx, shape, [size_value(ctx, d) for d in stride])):
+        raise LoweringError("as_strided to a layout other than contiguous")
+    if not c.prove_equal(product(shape), x.tensor_type.numel()):
+        raise LoweringError("as_strided over part of the storage")
+    return reshape(ctx, x, shape)
+
+
+def _contiguous(ctx: Importer, shape: Sequence[DimLike], stride: Sequence[Any]) -> bool:
+    """Whether ``stride`` is provably the row-major layout of ``shape`` (a size-1 dim's stride is free)."""
+    c = ctx.graph.constraints
+    step: DimLike = 1
+    for d, st in reversed(list(zip(shape, stride))):
+        if not c.prove_is_one(d):
+            if not c.prove_equal(ctx.sym_to_expr(st) if not isinstance(st, (int, SymExpr)) else st, step):
+                return False
+            step = simplify_dim(as_expr(step) * d)
+    return True
 
 
 @lower(aten.expand.default)
@@ -267,8 +299,10 @@ def _index_select(ctx: Importer, fx_node, x: Node, axis: int, index: Node) -> No
 @lower(aten.index.Tensor)
 def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
     present = [i for i, t in enumerate(indices) if t is not None]
-    if len(present) != 1:
-        raise LoweringError("advanced indexing with several index tensors")
+    if len(present) > 1:
+        return _index_several(ctx, x, [indices[i] for i in present], present[0], present)
+    if not present:
+        raise LoweringError("advanced indexing without an index tensor")
     axis = present[0]
     idx = indices[axis]
     if idx.dtype == "i1":
@@ -277,6 +311,39 @@ def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
     picked = ctx.graph.add("index_select", (x, flat), {"axis": axis})
     shape = [*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :]]
     return reshape(ctx, picked, shape)
+
+
+def _index_several(ctx: Importer, x: Node, idx: list[Node], axis: int, present: list[int]) -> Node:
+    """``x[..., i0, i1, ...]`` over adjacent dims: one gather at the flat position of each tuple.
+
+    The index tensors broadcast together (a mask function's batch and position ranges); each
+    counts from the end where negative, as in eager. Non-adjacent dims (torch moves their
+    result to the front) and masks beside index tensors are left to PyTorch.
+    """
+    if present != list(range(axis, axis + len(present))):
+        raise LoweringError("index tensors at dims that are not adjacent")
+    if any(t.dtype == "i1" for t in idx):
+        raise LoweringError("a boolean mask beside other index tensors")
+    covered = x.shape[axis : axis + len(idx)]
+    shape = broadcast_shapes(ctx, [t.shape for t in idx])
+    flat: Node | None = None
+    for j, (t, size) in enumerate(zip(idx, covered)):
+        t = convert(ctx, t, "i64")
+        t = select(ctx, elementwise(ctx, "lt", [t, 0], "i64"), elementwise(ctx, "add", [t, _dim_tensor(ctx, size)], "i64"), t, "i64")
+        stride = simplify_dim(product(covered[j + 1 :]))
+        term = t if as_expr(stride) == as_expr(1) else elementwise(ctx, "mul", [t, _dim_tensor(ctx, stride)], "i64")
+        flat = term if flat is None else elementwise(ctx, "add", [flat, term], "i64")
+    assert flat is not None
+    positions = reshape(ctx, broadcast_to(ctx, flat, shape), [product(shape)])
+    rows = reshape(ctx, x, [*x.shape[:axis], product(covered), *x.shape[axis + len(idx) :]])
+    picked = ctx.graph.add("index_select", (rows, positions), {"axis": axis})
+    return reshape(ctx, picked, [*x.shape[:axis], *shape, *x.shape[axis + len(idx) :]])
+
+
+def _dim_tensor(ctx: Importer, d: DimLike) -> Any:
+    """A size as an operand of tensor arithmetic: an int, or a 0-d i64 tensor computed from the shapes."""
+    e = as_expr(d)
+    return e.const_value if e.is_const else ctx.index(d)
 
 
 def _mask_select(ctx: Importer, fx_node, x: Node, axis: int, mask: Node) -> Node:
