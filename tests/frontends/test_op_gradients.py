@@ -51,7 +51,6 @@ def _heads(b: int, n: int, dtype: torch.dtype, heads: int = 4, kv_heads: int = 4
 
 HEADS = {0: (1, 3), 1: (1, 3), 2: (1, 3)}  # q, k, v: [batch, heads, length, head size]
 CHANNELS = {0: (1,), 1: None, 2: None}  # an image's channels, a weight, a bias
-TWO_INDEX = {"aten.index.Tensor", "aten.index_put.default"}
 
 
 def _bool_mask(b: int, n: int, m: int) -> torch.Tensor:
@@ -121,6 +120,11 @@ CASES: dict[str, Case] = {
         lambda b, n, d: (_r(d, b, 2, n), torch.randint(0, n, (b, 2, 1))),
         recompiles={(1, 1): "broadcasting the index against x guards on x's length", (4, 9): "the same guard, the other way"},
     ),
+    # Two index tensors broadcast together, with repeats and negative indices: a gather at flat
+    # positions, and a scatter-add there in the backward.
+    "index_two_tensors": Case(
+        lambda x, i, j: x[:, i, j] * 2, lambda b, n, d: (_r(d, b, n, 5), torch.randint(-n, n, (3, 1)), torch.randint(-5, 5, (4,)))
+    ),
     "advanced_index": Case(lambda x, i: x[:, i], lambda b, n, d: (_r(d, b, n, 3), torch.randint(0, n, (2, 3)))),
     "scatter_add": Case(
         lambda x, s, i: x.scatter_add(1, i, s), lambda b, n, d: (_r(d, b, n), _r(d, b, 2), torch.randint(0, n, (b, 2)))
@@ -152,21 +156,18 @@ CASES: dict[str, Case] = {
     ),
     "broadcast_matmul": Case(lambda x, w, c: x @ w + c, lambda b, n, d: (_r(d, b, n, 4), _r(d, 4, 3), _r(d, 3))),
     "bmm_expand": Case(lambda x, y: torch.matmul(x, y.expand(x.shape[0], -1, -1)), lambda b, n, d: (_r(d, b, n, 4), _r(d, 1, 4, 3))),
-    # The backward of an upsampling decomposes into gathers and scatters over two index tensors.
+    # The backward of an upsampling decomposes into gathers and scatters over two index tensors
+    # (run by PyTorch until both lowered).
     "interpolate_bilinear": Case(
         lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
         lambda b, n, d: (_r(d, b, 2, n, 3),),
-        left_to_torch=TWO_INDEX,
     ),
-    "interpolate_nearest": Case(
-        lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), lambda b, n, d: (_r(d, b, 2, n, 3),), left_to_torch=TWO_INDEX
-    ),
+    "interpolate_nearest": Case(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), lambda b, n, d: (_r(d, b, 2, n, 3),)),
     "same_padding": Case(_same_padding, lambda b, n, d: (_r(d, b, 2, n + 2),)),
     "pad_reflect": Case(
         lambda x: F.pad(x, (1, 1), mode="reflect"),
         lambda b, n, d: (_r(d, b, 2, n + 2),),
         recompiles={(4, 9): "the reflection's backward guards on the padded length in torch's decomposition"},
-        left_to_torch={"aten.index.Tensor"},  # the reflection indexes with two index tensors
     ),
     "unfold_like_patches": Case(
         lambda x: x.unflatten(2, (-1, 2)).transpose(2, 3).flatten(1) * 2,

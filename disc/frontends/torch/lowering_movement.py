@@ -316,15 +316,24 @@ def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
 def _index_several(ctx: Importer, x: Node, idx: list[Node], axis: int, present: list[int]) -> Node:
     """``x[..., i0, i1, ...]`` over adjacent dims: one gather at the flat position of each tuple.
 
-    The index tensors broadcast together (a mask function's batch and position ranges); each
-    counts from the end where negative, as in eager. Non-adjacent dims (torch moves their
-    result to the front) and masks beside index tensors are left to PyTorch.
+    The index tensors broadcast together (a mask function's batch and position ranges). Non-
+    adjacent dims (torch moves their result to the front) and masks beside index tensors are
+    left to PyTorch.
     """
-    if present != list(range(axis, axis + len(present))):
+    covered, rest = x.shape[axis : axis + len(idx)], x.shape[axis + len(idx) :]
+    positions, shape = _flat_positions(ctx, idx, covered, present)
+    rows = reshape(ctx, x, [*x.shape[:axis], product(covered), *rest])
+    picked = ctx.graph.add("index_select", (rows, positions), {"axis": axis})
+    return reshape(ctx, picked, [*x.shape[:axis], *shape, *rest])
+
+
+def _flat_positions(ctx: Importer, idx: list[Node], covered: Sequence[DimLike], present: list[int]) -> tuple[Node, tuple[DimLike, ...]]:
+    """The row-major position in ``covered`` of each tuple of ``idx`` (broadcast together), as a
+    1-d i64 tensor, and the broadcast shape. Negative indices count from the end, as in eager."""
+    if present != list(range(present[0], present[0] + len(present))):
         raise LoweringError("index tensors at dims that are not adjacent")
-    if any(t.dtype == "i1" for t in idx):
+    if any(t.dtype not in ("i64", "i32") for t in idx):
         raise LoweringError("a boolean mask beside other index tensors")
-    covered = x.shape[axis : axis + len(idx)]
     shape = broadcast_shapes(ctx, [t.shape for t in idx])
     flat: Node | None = None
     for j, (t, size) in enumerate(zip(idx, covered)):
@@ -334,10 +343,7 @@ def _index_several(ctx: Importer, x: Node, idx: list[Node], axis: int, present: 
         term = t if as_expr(stride) == as_expr(1) else elementwise(ctx, "mul", [t, _dim_tensor(ctx, stride)], "i64")
         flat = term if flat is None else elementwise(ctx, "add", [flat, term], "i64")
     assert flat is not None
-    positions = reshape(ctx, broadcast_to(ctx, flat, shape), [product(shape)])
-    rows = reshape(ctx, x, [*x.shape[:axis], product(covered), *x.shape[axis + len(idx) :]])
-    picked = ctx.graph.add("index_select", (rows, positions), {"axis": axis})
-    return reshape(ctx, picked, [*x.shape[:axis], *shape, *x.shape[axis + len(idx) :]])
+    return reshape(ctx, broadcast_to(ctx, flat, shape), [product(shape)]), shape
 
 
 def _dim_tensor(ctx: Importer, d: DimLike) -> Any:
@@ -392,23 +398,29 @@ def _scatter_add(ctx: Importer, fx_node, x: Node, axis: int, index: Node, src: N
 
 @lower(aten.index_put.default)
 def _index_put(ctx: Importer, fx_node, x: Node, indices: Sequence[Any], values: Node, accumulate: bool = False) -> Node:
-    """``x[:, ..., idx] += values`` along the axis of the one index tensor: the gradient of an
-    embedding lookup, of ``x[idx]`` or of ``index_select``."""
+    """``x[:, ..., idx] += values`` along the axis of the index tensor (or the flattened axes of
+    several adjacent ones): the gradient of an embedding lookup, of ``x[idx]``, of ``x[i, j]``
+    or of ``index_select``."""
     if not accumulate:
         raise LoweringError("index_put that assigns (accumulate=False): duplicate indices make it order-dependent")
-    tensors = [i for i in indices if i is not None]
-    if len(tensors) != 1 or indices[-1] is None:
-        raise LoweringError("index_put with several index tensors or a None after the index")
-    axis, idx = len(indices) - 1, tensors[0]
-    if idx.dtype not in ("i64", "i32"):
-        raise LoweringError(f"index_put with a {idx.dtype} index (boolean masks have data-dependent shapes)")
-    n = idx.tensor_type.numel()
-    lead, rest = list(x.shape[:axis]), list(x.shape[axis + 1 :])
-    vals = broadcast_to(ctx, convert(ctx, values, x.dtype), [*lead, *idx.shape, *rest])
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if not present or indices[-1] is None:
+        raise LoweringError("index_put with a None after the index tensors")
+    tensors = [indices[i] for i in present]
+    if any(t.dtype not in ("i64", "i32") for t in tensors):
+        raise LoweringError("index_put with a boolean index (masks have data-dependent shapes)")
+    axis, k = present[0], len(present)
+    lead, covered, rest = list(x.shape[:axis]), list(x.shape[axis : axis + k]), list(x.shape[axis + k :])
+    if k == 1:
+        flat, shape = reshape(ctx, tensors[0], [tensors[0].tensor_type.numel()]), tuple(tensors[0].shape)
+    else:  # several index tensors (the gradient of x[i, j]): at the flat position of each tuple
+        flat, shape = _flat_positions(ctx, tensors, covered, present)
+    n = product(shape)
+    vals = broadcast_to(ctx, convert(ctx, values, x.dtype), [*lead, *shape, *rest])
     vals = reshape(ctx, vals, [*lead, n, *rest])
-    flat = reshape(ctx, idx, [n])
     index = ctx.graph.add("broadcast_in_dim", (flat, *ctx.sizes([*lead, n, *rest])), {"dims": (axis,)})
-    return ctx.graph.add("scatter_add", (x, index, vals), {"axis": axis})
+    rows = reshape(ctx, x, [*lead, product(covered), *rest])
+    return reshape(ctx, ctx.graph.add("scatter_add", (rows, index, vals), {"axis": axis}), x.shape)
 
 
 @lower(aten.scatter.value)
