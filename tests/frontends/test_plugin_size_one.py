@@ -57,6 +57,8 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], Callable[[int, int], tuple]]
         lambda m: m[torch.arange(m.shape[0])[:, None, None], torch.arange(m.shape[1])[None, None, :]].float(),
         lambda b, n: (torch.rand(b, n) > 0.5,),
     ),
+    # a repeat count that is a size (DeBERTa's position table, once per batch row)
+    "repeat_by_a_size": (lambda x, t: t.repeat(x.shape[0], 1, 2) * x.sum(), lambda b, n: (_r(b, n), _r(2, 3, 4))),
     "max_pool_ceil": (lambda x: F.max_pool2d(x, 2, ceil_mode=True), lambda b, n: (_r(b, 2, n, n),)),
 }
 

@@ -45,7 +45,7 @@ from disc.frontends.torch.lowering_nn import (
 )
 from disc.ir.graph import Node
 from disc.ir.types import dtype_of_torch
-from disc.shape.expr import as_expr, product, simplify_dim
+from disc.shape.expr import DimLike, as_expr, product, simplify_dim
 
 
 @lower(aten.linear.default)
@@ -186,24 +186,25 @@ def _group_norm(ctx: Importer, fx_node, x: Node, groups: int, weight: Any = None
     return _native_group_norm(ctx, fx_node, x, weight, bias, None, None, None, groups, eps)[0]
 
 
-def _replicate(ctx: Importer, x: Node, factors: Sequence[int], whole: bool) -> Node:
-    """Dim i of ``x`` repeated ``factors[i]`` times, as a broadcast of a new size-1 axis: whole
-    copies one after another (``whole``, torch's ``repeat``) or each element in place (nearest
-    upsampling). Both are exact and fuse like any broadcast."""
+def _replicate(ctx: Importer, x: Node, factors: Sequence[DimLike], whole: bool) -> Node:
+    """Dim i of ``x`` repeated ``factors[i]`` times (a size, symbolic or not), as a broadcast of a
+    new size-1 axis: whole copies one after another (``whole``, torch's ``repeat``) or each element
+    in place (nearest upsampling). Both are exact and fuse like any broadcast."""
     ones, grown, merged = [], [], []
     for d, k in zip(x.shape, factors):
-        ones += [d] if k == 1 else ([1, d] if whole else [d, 1])
-        grown += [d] if k == 1 else ([k, d] if whole else [d, k])
-        merged.append(d if k == 1 else simplify_dim(as_expr(d) * k))
+        once = as_expr(k) == as_expr(1)
+        ones += [d] if once else ([1, d] if whole else [d, 1])
+        grown += [d] if once else ([k, d] if whole else [d, k])
+        merged.append(d if once else simplify_dim(as_expr(d) * k))
     return reshape(ctx, broadcast_to(ctx, reshape(ctx, x, ones), grown), merged)
 
 
 @lower(aten.repeat.default)
-def _repeat(ctx: Importer, fx_node, x: Node, repeats: Sequence[int]) -> Node:
-    if not all(isinstance(r, int) for r in repeats):
-        raise LoweringError("repeat by a dynamic count")
-    extra = len(repeats) - x.tensor_type.rank
-    return _replicate(ctx, reshape(ctx, x, [1] * extra + list(x.shape)), repeats, whole=True)
+def _repeat(ctx: Importer, fx_node, x: Node, repeats: Sequence[Any]) -> Node:
+    # A count may be a size (DeBERTa repeats its position table once per batch row).
+    counts = [size_value(ctx, r) for r in repeats]
+    extra = len(counts) - x.tensor_type.rank
+    return _replicate(ctx, reshape(ctx, x, [1] * extra + list(x.shape)), counts, whole=True)
 
 
 @lower(aten.upsample_nearest2d.vec)
