@@ -289,9 +289,8 @@ DYNAMO_RECOMPILES: dict[str, dict[tuple[int, int], str]] = {
 # matrix took 40 minutes of the 2-core CI machine by itself. Training is that mode by default: it
 # compares the forward outputs too, and training is where wrong answers without an error were
 # found. ``DISC_HF_FULL=1`` runs every mode of every architecture; docs/models.md is measured so.
-# Swin runs inference on a shorter stream: its graph is left whole to PyTorch (torch's sizes for
-# its window padding are a modulo and a division by a size, which the importer cannot express yet),
-# and its code makes dynamo trace again at every new image side, two minutes each.
+# Swin runs inference on a shorter stream: its code makes dynamo trace again at each new parity
+# of the image side (its window padding branches in Python), about two minutes a trace.
 CI_PLUGIN_MODE = {name: "plugin-train" for name in ARCHS} | {"swin": "plugin-infer"}
 CI_STREAM = {"swin": [(1, 32), (2, 24), (3, 24)]}
 FULL = os.environ.get("DISC_HF_FULL", "") not in ("", "0")
