@@ -36,7 +36,8 @@ def _equal_earlier(c: ShapeConstraints, value: SymExpr, seen: dict[SymExpr, tupl
         return seen[value][0]
     if not c.product_equalities:
         return None
-    # Values that differ in the traced example cannot be equal: no proof is sought for them.
+    # Values that differ in the traced example cannot be equal (prove_equal knows that too, but
+    # skipping them here keeps them from spending the budget).
     example = c.example_value(value)
     for other, (n, other_example) in seen.items():
         if example is not None and other_example is not None and example != other_example:

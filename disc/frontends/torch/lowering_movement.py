@@ -62,7 +62,7 @@ def _as_strided(ctx: Importer, fx_node, x: Node, size: Sequence[Any], stride: Se
     # to one). Any other layout would read the storage in an order disc does not keep.
     c = ctx.graph.constraints
     src = fx_node.args[0].meta.get("val")
-    if not isinstance(src, torch.Tensor) or not _contiguous(ctx, [ctx.sym_to_expr(d) for d in src.shape], src.stride()):
+    if not isinstance(src, torch.Tensor) or not _contiguous(ctx, [ctx.sym_to_expr(d) for d in src.shape], [ctx.sym_to_expr(d) for d in src.stride()]):
         raise LoweringError("as_strided of a tensor torch does not hold contiguously")
     shape = [size_value(ctx, d) for d in size]
     offset = 0 if storage_offset is None else size_value(ctx, storage_offset)
@@ -73,13 +73,13 @@ def _as_strided(ctx: Importer, fx_node, x: Node, size: Sequence[Any], stride: Se
     return reshape(ctx, x, shape)
 
 
-def _contiguous(ctx: Importer, shape: Sequence[DimLike], stride: Sequence[Any]) -> bool:
+def _contiguous(ctx: Importer, shape: Sequence[DimLike], stride: Sequence[DimLike]) -> bool:
     """Whether ``stride`` is provably the row-major layout of ``shape`` (a size-1 dim's stride is free)."""
     c = ctx.graph.constraints
     step: DimLike = 1
     for d, st in reversed(list(zip(shape, stride))):
         if not c.prove_is_one(d):
-            if not c.prove_equal(ctx.sym_to_expr(st) if not isinstance(st, (int, SymExpr)) else st, step):
+            if not c.prove_equal(st, step):
                 return False
             step = simplify_dim(as_expr(step) * d)
     return True
@@ -298,13 +298,10 @@ def _index_select(ctx: Importer, fx_node, x: Node, axis: int, index: Node) -> No
 
 @lower(aten.index.Tensor)
 def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
-    present = [i for i, t in enumerate(indices) if t is not None]
-    if len(present) > 1:
-        return _index_several(ctx, x, [indices[i] for i in present], present[0], present)
-    if not present:
-        raise LoweringError("advanced indexing without an index tensor")
-    axis = present[0]
-    idx = indices[axis]
+    axis, tensors = _index_tensors(indices)
+    if len(tensors) > 1:
+        return _index_several(ctx, x, axis, tensors)
+    idx = tensors[0]
     if idx.dtype == "i1":
         return _mask_select(ctx, fx_node, x, axis, idx)
     flat = reshape(ctx, idx, [idx.tensor_type.numel()])
@@ -313,27 +310,32 @@ def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
     return reshape(ctx, picked, shape)
 
 
-def _index_several(ctx: Importer, x: Node, idx: list[Node], axis: int, present: list[int]) -> Node:
-    """``x[..., i0, i1, ...]`` over adjacent dims: one gather at the flat position of each tuple.
+def _index_tensors(indices: Sequence[Any]) -> tuple[int, list[Node]]:
+    """The first dim the index tensors of ``indices`` (None: a whole dim) cover, and those tensors.
+    Non-adjacent ones (torch moves their result dims to the front) are left to PyTorch."""
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if not present:
+        raise LoweringError("advanced indexing without an index tensor")
+    if present != list(range(present[0], present[-1] + 1)):
+        raise LoweringError("index tensors at dims that are not adjacent")
+    return present[0], [indices[i] for i in present]
 
-    The index tensors broadcast together (a mask function's batch and position ranges). Non-
-    adjacent dims (torch moves their result to the front) and masks beside index tensors are
-    left to PyTorch.
-    """
+
+def _index_several(ctx: Importer, x: Node, axis: int, idx: list[Node]) -> Node:
+    """``x[..., i0, i1, ...]`` over adjacent dims: one gather at the flat position of each tuple
+    (the index tensors broadcast together: a mask function's batch and position ranges)."""
+    if any(t.dtype not in ("i64", "i32") for t in idx):
+        raise LoweringError("a boolean mask beside other index tensors")
     covered, rest = x.shape[axis : axis + len(idx)], x.shape[axis + len(idx) :]
-    positions, shape = _flat_positions(ctx, idx, covered, present)
+    positions, shape = _flat_positions(ctx, idx, covered)
     rows = reshape(ctx, x, [*x.shape[:axis], product(covered), *rest])
     picked = ctx.graph.add("index_select", (rows, positions), {"axis": axis})
     return reshape(ctx, picked, [*x.shape[:axis], *shape, *rest])
 
 
-def _flat_positions(ctx: Importer, idx: list[Node], covered: Sequence[DimLike], present: list[int]) -> tuple[Node, tuple[DimLike, ...]]:
-    """The row-major position in ``covered`` of each tuple of ``idx`` (broadcast together), as a
-    1-d i64 tensor, and the broadcast shape. Negative indices count from the end, as in eager."""
-    if present != list(range(present[0], present[0] + len(present))):
-        raise LoweringError("index tensors at dims that are not adjacent")
-    if any(t.dtype not in ("i64", "i32") for t in idx):
-        raise LoweringError("a boolean mask beside other index tensors")
+def _flat_positions(ctx: Importer, idx: list[Node], covered: Sequence[DimLike]) -> tuple[Node, tuple[DimLike, ...]]:
+    """The row-major position in ``covered`` of each tuple of integer ``idx`` (broadcast together),
+    as a 1-d i64 tensor, and the broadcast shape. Negative indices count from the end, as in eager."""
     shape = broadcast_shapes(ctx, [t.shape for t in idx])
     flat: Node | None = None
     for j, (t, size) in enumerate(zip(idx, covered)):
@@ -403,18 +405,17 @@ def _index_put(ctx: Importer, fx_node, x: Node, indices: Sequence[Any], values: 
     or of ``index_select``."""
     if not accumulate:
         raise LoweringError("index_put that assigns (accumulate=False): duplicate indices make it order-dependent")
-    present = [i for i, t in enumerate(indices) if t is not None]
-    if not present or indices[-1] is None:
+    axis, tensors = _index_tensors(indices)
+    if indices[-1] is None:
         raise LoweringError("index_put with a None after the index tensors")
-    tensors = [indices[i] for i in present]
     if any(t.dtype not in ("i64", "i32") for t in tensors):
         raise LoweringError("index_put with a boolean index (masks have data-dependent shapes)")
-    axis, k = present[0], len(present)
+    k = len(tensors)
     lead, covered, rest = list(x.shape[:axis]), list(x.shape[axis : axis + k]), list(x.shape[axis + k :])
     if k == 1:
         flat, shape = reshape(ctx, tensors[0], [tensors[0].tensor_type.numel()]), tuple(tensors[0].shape)
     else:  # several index tensors (the gradient of x[i, j]): at the flat position of each tuple
-        flat, shape = _flat_positions(ctx, tensors, covered, present)
+        flat, shape = _flat_positions(ctx, tensors, covered)
     n = product(shape)
     vals = broadcast_to(ctx, convert(ctx, values, x.dtype), [*lead, *shape, *rest])
     vals = reshape(ctx, vals, [*lead, n, *rest])
