@@ -1,6 +1,9 @@
 """Shared test set-up: quiet, deterministic, the op registry loaded."""
 
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
 
@@ -21,6 +24,46 @@ torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.manual_seed(0)
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+def _checks_triton_target(config) -> bool:
+    """Does this session compile the interpreter's kernels for a real GPU at its end? The
+    controller does (not xdist's workers), when kernels run in the interpreter and Triton is
+    installed; DISC_TRITON_TARGET_CHECK=0 turns it off for a quick local run."""
+    if hasattr(config, "workerinput") or os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return False
+    if os.environ.get("DISC_TRITON_TARGET_CHECK", "1") == "0":
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pytest_configure(config) -> None:
+    # The interpreter accepts kernels the compiler refuses: every form the tests generate is
+    # logged (the workers inherit the variable) and compiled for an H100 at the end
+    # (disc/runtime/triton_target.py).
+    if _checks_triton_target(config):
+        fd, log = tempfile.mkstemp(prefix="disc-triton-forms-", suffix=".jsonl")
+        os.close(fd)
+        os.environ["DISC_TRITON_FORMS_LOG"] = config._disc_forms_log = log
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    log = getattr(session.config, "_disc_forms_log", None)
+    if not log or not os.path.getsize(log):
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISC_TRITON_FORMS_LOG")}
+    done = subprocess.run([sys.executable, "-m", "disc.runtime.triton_target", log], env=env, capture_output=True, text=True)
+    report = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = (done.stdout + done.stderr).strip()
+    if report is not None:
+        report.write_line(f"Triton kernels compiled for a GPU target: {text[-20000:]}")
+    if done.returncode != 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    os.unlink(log)
 
 
 def _run_in_threads(work: Callable[[int], None], n: int) -> None:

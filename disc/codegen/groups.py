@@ -25,6 +25,21 @@ def output_source(out: Node, members: set[Node]) -> Node:
     return out
 
 
+def written_per_row(c: ShapeConstraints, outputs: list[Node], reductions: list[Node], domain: Node, members: set[Node]) -> list[Node]:
+    """The outputs of a reduction kernel written once per row rather than at every element of the
+    reduced ``domain``: those with fewer elements, and a reduction's own value (or one of its
+    shape) when the reduced dims are all 1, which has as many elements as the domain but is
+    indexed by rows (``x[b, 1].sum(-1)``)."""
+    out = []
+    for o in outputs:
+        source = output_source(o, members)
+        if not c.prove_same_numel(o.shape, domain.shape):
+            out.append(o)
+        elif not c.prove_same_shape(source.shape, domain.shape) and any(c.prove_same_shape(source.shape, r.shape) for r in reductions):
+            out.append(o)
+    return out
+
+
 def _unit_dim_view(dims: tuple[str, ...], shape: tuple[DimLike, ...], source: tuple[DimLike, ...]) -> tuple[str, ...] | None:
     """Where index ``dims`` of a value of ``shape`` is in the same elements viewed as ``source``,
     when the two differ only by dims of size 1: the other dims keep their index, ``source``'s

@@ -72,7 +72,7 @@ def build_triton(graph: Graph) -> TritonBuild:
     from disc.codegen.triton.program import emit_program
 
     start = time.perf_counter()
-    lowered = lower(graph)
+    lowered = lower(graph, gpu=True)
     source = emit_program(lowered)
     key = hashlib.sha256("\0".join([CACHE_FORMAT, triton.__version__, source.text]).encode()).hexdigest()[:32]
     folder = cache_dir() / "triton" / key
@@ -91,6 +91,10 @@ def build_triton(graph: Graph) -> TritonBuild:
         spec.loader.exec_module(module)
         sys.modules[module_name] = module
     compiled, compile_seconds = ({}, 0.0) if interpreting() else precompile(module, source)
+    if interpreting() and os.environ.get("DISC_TRITON_FORMS_LOG"):
+        from disc.runtime.triton_target import log_forms
+
+        log_forms(os.environ["DISC_TRITON_FORMS_LOG"], str(path), source)
     return TritonBuild(lowered, source, module, str(path), time.perf_counter() - start, compiled, compile_seconds)
 
 

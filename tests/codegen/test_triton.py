@@ -580,3 +580,91 @@ def test_one_dimensional_convolution_and_its_gradients_through_the_library():
         args = [torch.randn(shape), torch.randn(6, 2, 5)]
         for got, want in zip(ex.run(list(_on(*args))), ReferenceExecutor(g).run(args)):
             torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+class StatisticsOfOneRow(nn.Module):
+    # ConvNeXt's training forward: a LayerNorm over one row (batch 1 traced static) also returns
+    # its mean; the mean's store was a scalar pointer under the row mask.
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / (x.var(-1, keepdim=True, unbiased=False) + 1e-6).sqrt(), mean
+
+
+class SumOverAUnitDim(nn.Module):
+    # ConvNeXt's backward: a row reduction whose reduced dim is 1, so its index is the row's alone
+    # and the load's pointer spanned rows but not the column mask.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2.0).sum(-1)
+
+
+class LastElement(nn.Module):
+    # wav2vec2: one element at an offset the kernel gets as a dim, a scalar pointer under a block mask.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x.shape[0] - 1 :] * 3.0
+
+
+@pytest.mark.parametrize(
+    "model, shapes, dynamic",
+    [
+        (StatisticsOfOneRow(), [(1, 32), (1, 1), (1, 77)], {"x": {1: "s"}}),
+        (SumOverAUnitDim(), [(5, 1), (1, 1), (300, 1)], {"x": {0: "b"}}),
+        (LastElement(), [(7,), (1,), (1000,)], {"x": {0: "n"}}),
+    ],
+    ids=["one_row_statistics", "sum_over_unit_dim", "last_element"],
+)
+def test_pointers_span_their_masks(model, shapes, dynamic):
+    # Each failed to compile on an H200 and ran right in the interpreter, which broadcasts what
+    # the compiler refuses; test_triton_target.py compiles these kernels for an H100 on the CPU.
+    cm = _compile(model, (torch.randn(shapes[0]),), dynamic)
+    for shape in shapes:
+        _check(cm, model, (torch.randn(shape),))
+
+
+# 16-bit floats: loaded, computed in f32 inside the kernel, rounded once when stored (eager
+# rounds after every op, so the two differ by a few of the dtype's steps: 2^-8 for bf16's
+# 8-bit significand, 2^-11 for f16's), relative to the output's largest value.
+HALF_TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 3e-3}
+HALF_CASES = {
+    "elementwise": (Elementwise, lambda b, t: (torch.randn(b, t), torch.randn(b, t)), {"x": BXS, "y": BXS}),
+    "bias_gelu": (BiasGelu, lambda b, t: (torch.randn(b, t, 24),), {"x": BXS}),
+    "row_reductions": (RowSum, lambda b, t: (torch.randn(b, t),), {"x": BXS}),
+    "layer_and_rms_norm": (Norms, lambda b, t: (torch.randn(b, t, 40), torch.randn(b, t, 40)), {"x": BXS, "r": BXS}),
+    "masked_softmax": (MaskedSoftmax, lambda b, t: (torch.randn(b, 2, t, t), (torch.rand(b, t) > 0.3).float()), {"s": {0: "b", 2: "s", 3: "s"}, "mask": BXS}),
+    "attention_with_gemms": (Attention, lambda b, t: (torch.randn(b, t, 32),), {"x": BXS}),
+    "rotate_half_and_pad": (PartsOfAProducer, lambda b, t: (torch.randn(b, 2 * t), torch.randn(b, 2 * t)), {"x": BXS, "y": BXS}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", sorted(HALF_CASES))
+def test_16_bit_floats_against_eager_in_the_same_dtype(case, dtype):
+    model_type, inputs, dynamic = HALF_CASES[case]
+    m = model_type().to(dtype)
+
+    def half(*xs: torch.Tensor) -> tuple:
+        return tuple(x.to(dtype) for x in xs)
+
+    cm = _compile(m, half(*inputs(2, 5)), dynamic)
+    text = cm.executor.build.source.text
+    assert ".to(tl.float32)" in text  # 16-bit loads widen; nothing is computed in 16 bits
+    for b, t in [(1, 1), (2, 5), (3, 33)]:
+        args = half(*inputs(b, t))
+        got = cm(*_on(*args))
+        got = got if isinstance(got, tuple) else (got,)
+        assert all(g.dtype == dtype for g in got if g.is_floating_point())
+        _check(cm, m, args, tol=HALF_TOLERANCE[dtype])
+
+
+class ScaleAndShift(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 1.7 + 0.3
+
+
+def test_bf16_rounds_to_nearest_even():
+    # The interpreter truncates f32 to bf16; the kernels round to nearest even as the GPU and
+    # eager do, so one rounded result is eager's bit for bit (truncating differed in half of them).
+    m = ScaleAndShift()
+    cm = _compile(m, (torch.randn(2, 5, dtype=torch.bfloat16),), {"x": BXS})
+    x = torch.randn(64, 77).to(torch.bfloat16)
+    assert torch.equal(cm(*_on(x)).cpu(), (x.float() * 1.7 + 0.3).to(torch.bfloat16))
+    assert torch.equal(cm(*_on(torch.tensor([[float("nan"), float("inf"), -0.0]], dtype=torch.bfloat16))).cpu().isnan(), torch.tensor([[True, False, False]]))

@@ -7,7 +7,8 @@
 For each architecture of ``hf_zoo`` it runs ``torch.compile(model, backend="disc", dynamic=True)``
 on CUDA over the first shapes of the stream (size-1 first), in inference and in training, and
 compares outputs and every parameter's gradient with eager on CUDA (TF32 off on both sides, so
-the comparison is in full float32), then one bfloat16 inference. Every architecture is tried
+the comparison is in full float32), then inference in bfloat16, in float16 and in float32 with
+TF32 allowed (on both sides). Every architecture is tried
 whatever happened to the previous one; the summary says, per architecture and mode, the worst
 error or the exception, the compilations and the ops disc left to PyTorch.
 """
@@ -48,7 +49,12 @@ def _error(outs: list[torch.Tensor], want: list[torch.Tensor]) -> float:
 
 def _run(arch: Arch, mode: str) -> dict[str, Any]:
     torch._dynamo.reset()
-    dtype = torch.bfloat16 if mode == "bf16-infer" else None
+    dtype = {"bf16-infer": torch.bfloat16, "f16-infer": torch.float16}.get(mode)
+    # PyTorch's defaults let cuDNN (not cuBLAS) use TF32; "tf32-infer" turns both on, the other
+    # modes both off, and disc must follow whatever eager was given.
+    tf32 = mode == "tf32-infer"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     model = arch.build().cuda()
     if dtype is not None:
         model = model.to(dtype)
@@ -102,13 +108,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check.json")
     parser.add_argument("--archs", default=",".join(sorted(ARCHS)))
-    parser.add_argument("--modes", default="infer,train,bf16-infer")
+    parser.add_argument("--modes", default="infer,bf16-infer,f16-infer,tf32-infer,train")
     parser.add_argument("--dump", default="", help="write the IR (and constants) of graphs the GPU backend gave up on here")
     opts = parser.parse_args()
     global DUMP
     DUMP = opts.dump
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     results = []
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
     for name in opts.archs.split(","):

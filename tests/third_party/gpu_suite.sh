@@ -28,4 +28,5 @@ for r in rows:
             print("      ", p[:240].replace("\n", " "))
 PY
 [ -d "$work/graphs" ] && tar -cf "$out/graphs.tar" -C "$work" graphs
-for f in "$work"/*.log; do grep -q bf16 "$f" || echo "did not finish: $(basename "$f" .log)"; done
+tar -cf "$out/logs.tar" -C "$work" $(cd "$work" && ls *.log)
+for f in "$work"/*.log; do grep -q "^[a-z_0-9]* *train " "$f" || echo "did not finish: $(basename "$f" .log)"; done

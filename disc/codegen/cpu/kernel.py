@@ -42,7 +42,16 @@ from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
-from disc.codegen.groups import column_space, output_source, reads, reduced_index, reduction_domain, reduction_levels, runtime_broadcasts
+from disc.codegen.groups import (
+    column_space,
+    output_source,
+    reads,
+    reduced_index,
+    reduction_domain,
+    reduction_levels,
+    runtime_broadcasts,
+    written_per_row,
+)
 from disc.codegen.index import Idx, IndexEmitter, reshaped
 from disc.codegen.lowering import KernelStep, Unsupported
 from disc.ir.graph import Node
@@ -765,7 +774,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
 
     level = reduction_levels(step)
     last_level = max(level[r] for r in reductions)
-    row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
+    row_outputs = written_per_row(em.c, step.outputs, reductions, domain, em.members)
     full_outputs = [o for o in step.outputs if o not in row_outputs]
     # Row cache: each computed operand of a reduction that a later pass reads again.
     to_cache: dict[Node, str] = {}
@@ -874,8 +883,8 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
         em.scopes.append({})
         outer_dims = tuple(em.dims_of(Idx(shape[:outer], None, "o")))
     at_row = "(o * rows + r) * cols + j" if outer else "r * cols + j"
-    full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
-    row_outputs = [o for o in step.outputs if o not in full_outputs]
+    row_outputs = written_per_row(em.c, step.outputs, reductions, domain, em.members)
+    full_outputs = [o for o in step.outputs if o not in row_outputs]
     level = reduction_levels(step)
     late = any(reads(full_outputs, r, em.members) for r in reductions)
 

@@ -28,6 +28,8 @@ actual dims, the last always applies):
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from disc.codegen.groups import (
@@ -37,10 +39,11 @@ from disc.codegen.groups import (
     reduction_domain,
     reduction_levels,
     runtime_broadcasts,
+    written_per_row,
 )
 from disc.codegen.index import Idx, IndexEmitter, reshaped
 from disc.codegen.lowering import KernelStep, Unsupported
-from disc.codegen.triton.ops import REDUCE_COMBINE, TL_TYPES, binary, literal, reduce_init, unary
+from disc.codegen.triton.ops import REDUCE_COMBINE, TL_STORAGE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
@@ -113,6 +116,9 @@ class _Writer:
         self.lines.append("    " * self.depth + line)
 
 
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
 def _is_literal(expr: str) -> bool:
     return expr.lstrip("-").replace(".", "", 1).replace("e-", "").replace("e+", "").isdigit() or expr.startswith("float(")
 
@@ -141,6 +147,10 @@ class _Emitter(IndexEmitter):
         self.maybe_broadcast = False
         self.accs: dict[Node, tuple[str, tuple[str, ...]]] = {}  # reduce node -> (variable, row index it holds)
         self.uniform: set[str] = set()  # scalar loop variables: one value for every lane of the block
+        # The block axes each variable spans ("x": a loop kernel's lanes; "m", "n": a 2-D tile's
+        # rows and columns); a name not here is a scalar. Triton wants a load's or store's pointer
+        # to span its mask's axes, which an index constant along one of them does not.
+        self.axes: dict[str, frozenset[str]] = {}
 
     # -- small helpers ----------------------------------------------------------------
     def dim(self, d: DimLike) -> str:
@@ -157,8 +167,28 @@ class _Emitter(IndexEmitter):
         if expr.isidentifier() or _is_literal(expr):
             return expr
         name = self.fresh(prefix)
-        self.w(f"{name} = {expr}")
+        self.define(name, expr)
         return name
+
+    def define(self, name: str, expr: str, axes: Iterable[str] | None = None) -> None:
+        """``name = expr``, spanning ``axes`` (by default those of the variables ``expr`` reads)."""
+        self.w(f"{name} = {expr}")
+        self.axes[name] = frozenset(axes) if axes is not None else self.axes_of(expr)
+
+    def axes_of(self, expr: str) -> frozenset[str]:
+        out: frozenset[str] = frozenset()
+        for name in _NAME.findall(expr):
+            out |= self.axes.get(name, frozenset())
+        return out
+
+    def address(self, buffer: str, linear: str) -> str:
+        """The pointer to ``buffer`` at ``linear`` under the current mask, spanning the mask's axes:
+        an index the same for every lane, or for every column of a row, is broadcast (masked-off
+        lanes point at element 0, which they never touch)."""
+        mask = self.masks[-1]
+        if self.axes_of(mask) <= self.axes_of(linear):
+            return f"{buffer} + {linear}"
+        return f"{buffer} + tl.where({mask}, {linear}, 0)"
 
     def push(self, mask: str | None = None) -> None:
         self.scopes.append({})
@@ -205,8 +235,16 @@ class _Emitter(IndexEmitter):
     def load(self, n: Node, idx: Idx) -> str:
         lin = self.linear_of(idx)
         if _is_literal(lin) or lin in self.uniform:  # one element for every lane: a scalar load
-            return f"tl.load({self.buffers[n]} + {lin})"
-        return f"tl.load({self.buffers[n]} + {lin}, mask={self.masks[-1]}, other=0)"
+            loaded = f"tl.load({self.buffers[n]} + {lin})"
+        else:
+            loaded = f"tl.load({self.address(self.buffers[n], lin)}, mask={self.masks[-1]}, other=0)"
+        return f"{loaded}.to(tl.float32)" if n.dtype in TL_STORAGE else loaded
+
+    def store(self, buffer: str, out: Node, linear: str, value: str) -> None:
+        """``value`` (computed in ``out``'s compute type) stored into ``out``'s dtype."""
+        if out.dtype in TL_STORAGE:
+            value = TL_STORAGE[out.dtype].format(_cast(value, "tl.float32"))
+        self.w(f"tl.store({self.address(buffer, linear)}, {value}, mask={self.masks[-1]})")
 
     # -- values -------------------------------------------------------------------------
     def value(self, n: Node, idx: Idx) -> str:
@@ -241,6 +279,8 @@ class _Emitter(IndexEmitter):
             x = self.value(n.inputs[0], idx)
             if n.dtype == "i1":
                 return f"({x} != 0)"
+            if n.dtype in TL_STORAGE:  # rounded to 16 bits where the program says so, then computed on in f32
+                return f"{TL_STORAGE[n.dtype].format(_cast(x, 'tl.float32'))}.to(tl.float32)"
             return _cast(x, TL_TYPES[n.dtype])
         handler = getattr(self, f"_op_{op}", None)
         if handler is None:
@@ -417,15 +457,15 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
             v = em.value(out, at)
         else:
             raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
-        em.w(f"tl.store(out{i} + {em.linear_of(at)}, {v}, mask={em.masks[-1]})")
+        em.store(f"out{i}", out, em.linear_of(at), v)
 
 
 def _loop_body(step: KernelStep, dims: DimArgs, assume: bool) -> tuple[_Emitter, str]:
     em = _Emitter(step, dims, assume)
     root = step.group.nodes[-1]
     n = dims.product(list(root.shape))
-    em.w("offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-    em.w(f"mask = offs < {n}")
+    em.define("offs", "tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)", "x")
+    em.define("mask", f"offs < {n}")
     _write_outputs(em, step, root, Idx(em.shape(root), None, "offs"))
     return em, n
 
@@ -437,6 +477,13 @@ def _combine_tile(kind: str, dtype: str, x: str, axis: int) -> str:
         return f"tl.sum({x}, axis={axis}, keep_dims=True)"
     out = f"tl.reduce({x}, {axis}, {REDUCE_COMBINE[kind]}, keep_dims=True)"
     return f"({out} != 0)" if dtype == "i1" else out
+
+
+def _reduced(em: _Emitter, r: Node, tile: str, axis: int) -> str:
+    """``tile`` combined along ``axis`` into a variable: it spans the tile's axes but that one."""
+    name = em.fresh("red")
+    em.define(name, _combine_tile(r.attrs["kind"], r.dtype, tile, axis), em.axes_of(tile) - {"mn"[axis]})
+    return name
 
 
 def _masked(em: _Emitter, r: Node, x: str) -> str:
@@ -468,8 +515,8 @@ def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str
     outer_axes = [k for k in range(len(shape)) if k not in rdims]
     rows = dims.product([domain.shape[k] for k in outer_axes])
     cols = dims.product([domain.shape[k] for k in rdims])
-    em.w("r = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
-    em.w(f"row_mask = r < {rows}")
+    em.define("r", "tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]", "m")
+    em.define("row_mask", f"r < {rows}")
     outer = em.dims_of(Idx(tuple(shape[k] for k in outer_axes), None, "r"))
     row_of: dict[Node, tuple[str, ...]] = {}
     for r in reductions:
@@ -483,8 +530,8 @@ def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str
     trailing = list(rdims) == list(range(len(shape) - len(rdims), len(shape)))
 
     def open_pass(start: str) -> Idx:
-        em.w(f"j = {start}tl.arange(0, BLOCK_N)[None, :]")
-        em.w(f"mask = row_mask & (j < {cols})")
+        em.define("j", f"{start}tl.arange(0, BLOCK_N)[None, :]", "n")
+        em.define("mask", f"row_mask & (j < {cols})")
         inner = em.dims_of(Idx(tuple(shape[k] for k in rdims), None, "j"))
         full, it_o, it_i = [], iter(outer), iter(inner)
         for k in range(len(shape)):
@@ -492,7 +539,7 @@ def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str
         return Idx(shape, tuple(full), em.let(f"r * {cols} + j", "l") if trailing else None)
 
     level = reduction_levels(step)
-    row_outputs = [o for o in step.outputs if not em.c.prove_same_numel(o.shape, domain.shape)]
+    row_outputs = written_per_row(em.c, step.outputs, reductions, domain, em.members)
     full_outputs = [o for o in step.outputs if o not in row_outputs]
     looped = schedule == "loop-row"
     if not looped:
@@ -503,7 +550,7 @@ def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str
         if looped:
             tiles = {r: em.fresh("acc") for r in batch}
             for r in batch:
-                em.w(f"{tiles[r]} = {_accumulator(r)}")
+                em.define(tiles[r], _accumulator(r), "mn")
             em.w(f"for j0 in range(0, {cols}, BLOCK_N):")
             em.w.depth += 1
             em.push()
@@ -514,11 +561,11 @@ def _reduction_body(step: KernelStep, dims: DimArgs, assume: bool, schedule: str
             em.pop()
             em.w.depth -= 1
             for r in batch:
-                em.accs[r] = (em.let(_combine_tile(r.attrs["kind"], r.dtype, tiles[r], 1), "red"), row_of[r])
+                em.accs[r] = (_reduced(em, r, tiles[r], 1), row_of[r])
         else:
             for r in batch:
                 x = _masked(em, r, em.value(r.inputs[0], idx))
-                em.accs[r] = (em.let(_combine_tile(r.attrs["kind"], r.dtype, x, 1), "red"), row_of[r])
+                em.accs[r] = (_reduced(em, r, x, 1), row_of[r])
     if full_outputs:
         if looped:
             em.w(f"for j0 in range(0, {cols}, BLOCK_N):")
@@ -544,7 +591,7 @@ def _write_row_outputs(em: _Emitter, step: KernelStep, reductions: list[Node], r
         if dims is None:
             raise Unsupported(f"output %{o.name} {o.type} is neither a row space nor the reduced space")
         at = Idx(em.shape(source), dims)
-        em.w(f"tl.store(out{i} + {em.linear_of(at)}, {em.value(source, at)}, mask={em.masks[-1]})")
+        em.store(f"out{i}", o, em.linear_of(at), em.value(source, at))
 
 
 def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tuple[_Emitter, str, str]:
@@ -554,19 +601,19 @@ def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tu
     shape = em.shape(domain)
     rows = dims.product(list(domain.shape[:lead]))
     cols = dims.product(list(domain.shape[lead:]))
-    em.w("j = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
-    em.w(f"col_mask = j < {cols}")
+    em.define("j", "tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]", "n")
+    em.define("col_mask", f"j < {cols}")
     inner = em.dims_of(Idx(shape[lead:], None, "j"))
     tiles = {r: em.fresh("acc") for r in reductions}
     for r in reductions:
-        em.w(f"{tiles[r]} = {_accumulator(r)}")
-    full_outputs = [o for o in step.outputs if em.c.prove_same_numel(o.shape, domain.shape)]
-    row_outputs = [o for o in step.outputs if o not in full_outputs]
+        em.define(tiles[r], _accumulator(r), "mn")
+    row_outputs = written_per_row(em.c, step.outputs, reductions, domain, em.members)
+    full_outputs = [o for o in step.outputs if o not in row_outputs]
     em.w(f"for r0 in range(0, {rows}, BLOCK_M):")
     em.w.depth += 1
     em.push()
-    em.w("r = r0 + tl.arange(0, BLOCK_M)[:, None]")
-    em.w(f"mask = col_mask & (r < {rows})")
+    em.define("r", "r0 + tl.arange(0, BLOCK_M)[:, None]", "m")
+    em.define("mask", f"col_mask & (r < {rows})")
     outer = em.dims_of(Idx(shape[:lead], None, "r"))
     idx = Idx(shape, tuple(outer) + tuple(inner), em.let(f"r * {cols} + j", "l"))
     for r in reductions:
@@ -578,7 +625,7 @@ def _column_body(step: KernelStep, dims: DimArgs, assume: bool, lead: int) -> tu
     row_of = {}
     for r in reductions:
         row_of[r] = (("0",) * lead if r.attrs["keepdim"] else ()) + tuple(inner)
-        em.accs[r] = (em.let(_combine_tile(r.attrs["kind"], r.dtype, tiles[r], 0), "red"), row_of[r])
+        em.accs[r] = (_reduced(em, r, tiles[r], 0), row_of[r])
     em.push("col_mask")
     _write_row_outputs(em, step, reductions, row_outputs, row_of)
     em.pop()
@@ -605,6 +652,8 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     x, index, src = n.inputs
     rank = len(n.shape)
     axis = n.attrs["axis"] % rank
+    if n.dtype in TL_STORAGE:  # its adds are atomic, and 16-bit atomics would round every partial sum
+        raise Unsupported(f"scatter_add %{n.name} in {n.dtype}: no 16-bit Triton form", [n])
     for k in range(rank):
         if k != axis and not dims.c.prove_equal(n.shape[k], index.shape[k]):
             raise Unsupported(f"scatter_add %{n.name}: the index covers part of dim {k} of the output (the Triton kernel needs all of it)")
@@ -612,10 +661,10 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     outer = dims.product(list(index.shape[:axis]))
     inner = dims.product(list(index.shape[axis + 1 :]))
     size, length = dims(n.shape[axis]), dims(index.shape[axis])
-    em.w("lane = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-    em.w(f"mask = lane < {outer} * {inner}")
-    em.w(f"o = lane // {inner}")
-    em.w(f"j = lane % {inner}")
+    em.define("lane", "tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)", "x")
+    em.define("mask", f"lane < {outer} * {inner}")
+    em.define("o", f"lane // {inner}")
+    em.define("j", f"lane % {inner}")
     o_dims = em.dims_of(Idx(out_shape[:axis], None, "o")) if axis else ()
     j_dims = em.dims_of(Idx(out_shape[axis + 1 :], None, "j")) if axis < rank - 1 else ()
     # A rank-1 scatter has no lane dims: keep its offsets blocks, as the mask is one.

@@ -7,7 +7,11 @@ helpers are in ``prelude.py``. Ops whose Triton form depends on the dtype
 
 from __future__ import annotations
 
+# The type a kernel computes each IR dtype in: 16-bit floats are loaded, widened to f32, computed
+# and rounded once at the store (or at an explicit convert), as eager's fused kernels do inside.
 TL_TYPES = {
+    "f16": "tl.float32",
+    "bf16": "tl.float32",
     "f32": "tl.float32",
     "f64": "tl.float64",
     "i64": "tl.int64",
@@ -17,7 +21,10 @@ TL_TYPES = {
     "u8": "tl.uint8",
     "i1": "tl.int1",
 }
-FLOATS = ("f32", "f64")
+# Dtypes computed in a wider one, and the rounding of an f32 value to each (where a value is stored,
+# or converted explicitly).
+TL_STORAGE = {"f16": "({0}).to(tl.float16)", "bf16": "disc_round_bf16({0})"}
+FLOATS = ("f16", "bf16", "f32", "f64")
 
 UNARY = {
     "neg": "(-{0})",

@@ -182,3 +182,13 @@ def disc_acosh(x):
 def disc_atanh(x):
     # atanh(x) = log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN beyond, as torch.
     return 0.5 * disc_log1p(2.0 * x / (1.0 - x))
+
+
+@triton.jit
+def disc_round_bf16(x):
+    # f32 to bf16, rounded to nearest even with NaN kept NaN, in integer steps: the compiled
+    # conversion does this, and the interpreter's truncates (twice eager's error).
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    top = tl.where(x != x, bits | 0x400000, rounded) >> 16
+    return top.to(tl.uint16).to(tl.bfloat16, bitcast=True)

@@ -31,7 +31,7 @@ from disc.shape.expr import FloorDiv, SymExpr, as_expr
 # The TritonRuntime method of each convolution op: (step, two operands, result, geometry).
 TORCH_CONV_CALLS = {"convolution": "conv", "convolution_backward_input": "conv_backward_input", "convolution_backward_weight": "conv_backward_weight"}
 
-TORCH_DTYPES = {"f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64", "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8", "i1": "torch.bool"}
+TORCH_DTYPES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64", "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8", "i1": "torch.bool"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
