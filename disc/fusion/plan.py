@@ -287,12 +287,15 @@ class _Planner:
         self._merge(gp, gn)
         return None
 
-    def _absorb_cheap_operands(self, n: Node) -> None:
+    def _absorb_cheap_operands(self, n: Node, gn: int | None = None) -> None:
         """Recompute ``n``'s cheap operands in its own kernel (a scatter's index broadcast along its
-        rows, its zero base), so they are neither written out nor read back."""
+        rows, its zero base), and theirs (the reshape of an input under that broadcast), so they
+        are neither written out nor read back."""
+        gn = self.group_of[n] if gn is None else gn
         for p in n.inputs:
-            if _is_kernel_op(p) and _fusible_kind(p) == "cheap":
-                self._recompute_in(p, self.group_of[n])
+            if _is_kernel_op(p) and _fusible_kind(p) == "cheap" and p not in self.members[gn]:
+                self._recompute_in(p, gn)
+                self._absorb_cheap_operands(p, gn)
 
     def _claim(self, m: Node, gn: int) -> None:
         """``m`` is computed by group ``gn`` (a library call's epilogue) and fuses with nothing else."""

@@ -668,3 +668,60 @@ def test_bf16_rounds_to_nearest_even():
     x = torch.randn(64, 77).to(torch.bfloat16)
     assert torch.equal(cm(*_on(x)).cpu(), (x.float() * 1.7 + 0.3).to(torch.bfloat16))
     assert torch.equal(cm(*_on(torch.tensor([[float("nan"), float("inf"), -0.0]], dtype=torch.bfloat16))).cpu().isnan(), torch.tensor([[True, False, False]]))
+
+
+# BART's position-embedding gradient on an H200: the scatter recomputes its index broadcast, but
+# not the reshape of the input under it, which no kernel wrote ("read but never materialised").
+POSITION_GRADIENT = """
+func @position_gradient(%pos: i64[1, s], %grad: f32[1, s, 8]) {
+  sym s in [0, inf]  (test)
+  %s = dim(%pos) {axis=1} : index(s)
+  %one = index_const() {value=1} : index(1)
+  %w = index_const() {value=8} : index(8)
+  %rows = index_const() {value=6} : index(6)
+  %zero = constant() {dtype="f32", ref=none, value=0.0} : f32[]
+  %base = broadcast_in_dim(%zero, %rows, %w) {dims=[]} : f32[6, 8]
+  %flat = reshape(%pos, %s) : i64[s]
+  %g = reshape(%grad, %s, %w) : f32[s, 8]
+  %index = broadcast_in_dim(%flat, %s, %w) {dims=[0]} : i64[s, 8]
+  %out = scatter_add(%base, %index, %g) {axis=0} : f32[6, 8]
+  return %out
+}
+"""
+
+# DeBERTa's attention backward on an H200: the softmax gradient's rows are reduced in [1, h, s, s]
+# and written as [h, s, s]; the output's index was the flat one, which reads the row sum at a
+# row the kernel was not computing.
+SOFTMAX_GRADIENT_REGROUPED = """
+func @softmax_gradient(%g: f32[1, 2, s, s], %p: f32[1, 2, s, s]) {
+  sym s in [0, inf]  (test)
+  %s = dim(%g) {axis=2} : index(s)
+  %one = index_const() {value=1} : index(1)
+  %h = index_const() {value=2} : index(2)
+  %gp = mul(%g, %p) : f32[1, 2, s, s]
+  %sum = reduce(%gp) {dims=[3], keepdim=true, kind="sum"} : f32[1, 2, s, 1]
+  %sums = broadcast_in_dim(%sum, %one, %h, %s, %s) {dims=[0, 1, 2, 3]} : f32[1, 2, s, s]
+  %ps = mul(%p, %sums) : f32[1, 2, s, s]
+  %d = sub(%gp, %ps) : f32[1, 2, s, s]
+  %heads = reshape(%d, %h, %s, %s) : f32[2, s, s]
+  %c = constant() {dtype="f32", ref=none, value=4.0} : f32[]
+  %cs = broadcast_in_dim(%c, %h, %s, %s) {dims=[]} : f32[2, s, s]
+  %out = div(%heads, %cs) : f32[2, s, s]
+  return %out
+}
+"""
+
+
+@pytest.mark.parametrize("text", [POSITION_GRADIENT, SOFTMAX_GRADIENT_REGROUPED], ids=["position_gradient", "softmax_gradient_regrouped"])
+def test_training_graphs_that_fell_back_on_a_gpu(text):
+    g = parse_graph(text)
+    ex = TritonExecutor(g, build_triton(g))
+    for s in (1, 5, 17):
+        if g.inputs[0].dtype == "i64":
+            args = [torch.randint(0, 6, (1, s)), torch.randn(1, s, 8)]
+        else:
+            args = [torch.randn(1, 2, s, s), torch.rand(1, 2, s, s)]
+        got = ex.run(list(_on(*args)))
+        want = ReferenceExecutor(g).run(args)
+        for a, b in zip(got, want):
+            assert torch.allclose(a.cpu(), b, rtol=1e-5, atol=1e-6)

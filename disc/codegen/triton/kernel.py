@@ -453,7 +453,9 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
             at = idx
             v = em.value(source, idx)
         elif em.c.prove_same_numel(out.shape, space.shape):
-            at = Idx(em.shape(out), None, em.linear_of(idx))
+            # The space's index regrouped as the output's (a row keeps its index through [1, h, s, s]
+            # -> [h, s, s], so a reduction under it is read at the row being computed)
+            at = reshaped(em, idx, space.shape, out.shape) if idx.dims is not None else Idx(em.shape(out), None, em.linear_of(idx))
             v = em.value(out, at)
         else:
             raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
