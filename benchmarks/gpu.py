@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -71,12 +72,32 @@ def _layer_kernels(layers: int) -> tuple[int, int]:
     return k["memory_bound"], k["library"]
 
 
-def run_stream(rounds: int, systems: list[str]) -> dict:
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def _inductor(model: torch.nn.Module, mode: str | None) -> tuple[Callable, Callable[[], int]]:
+    """``torch.compile(dynamic=True)`` with inductor (``mode="reduce-overhead"``: its CUDA graphs),
+    on a private copy of the forward code, counting inductor's compilations."""
+    from benchmarks.systems.inductor import _private_forward
+
+    count = {"n": 0}
+
+    def backend(gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        count["n"] += 1
+        return compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True} if mode == "reduce-overhead" else None)
+
+    return torch.compile(_private_forward(model), backend=backend, dynamic=True), lambda: count["n"]
+
+
+def run_stream(rounds: int, systems: list[str], dtype: str = "f32", shapes: int = len(STREAM)) -> dict:
     entry = MODELS["bert"]
-    model = entry.variants["base"]().cuda().eval()
+    model = entry.variants["base"]().cuda().eval().to(DTYPES[dtype])
 
     def inputs(b: int, s: int) -> tuple:
-        return tuple(t.cuda() for t in entry.example_inputs(batch=b, seq=s, seed=b * 1000 + s))
+        args = entry.example_inputs(batch=b, seq=s, seed=b * 1000 + s)
+        return tuple(t.cuda().to(DTYPES[dtype]) if t.is_floating_point() else t.cuda() for t in args)
 
     runners: dict[str, Callable] = {"eager": model}
     compile_s: dict[str, float] = {}
@@ -90,26 +111,17 @@ def run_stream(rounds: int, systems: list[str]) -> dict:
             runners["disc"] = cm
             compilations["disc"] = lambda: cm.num_compilations
             triton_build = cm.report.backend.triton if cm.report.backend else None
-        if "inductor" in systems:
-            from benchmarks.systems.inductor import _private_forward
-
-            count = {"n": 0}
-
-            def backend(gm, example_inputs):
-                from torch._inductor.compile_fx import compile_fx
-
-                count["n"] += 1
-                return compile_fx(gm, example_inputs)
-
-            ind = torch.compile(_private_forward(model), backend=backend, dynamic=True)
+        for name, mode in (("inductor", None), ("inductor-ro", "reduce-overhead")):
+            if name not in systems:
+                continue
+            ind, count = _inductor(model, mode)
             start = time.perf_counter()
             ind(*example)
             torch.cuda.synchronize()
-            compile_s["inductor (first call)"] = time.perf_counter() - start
-            runners["inductor"] = ind
-            compilations["inductor"] = lambda: count["n"]
+            compile_s[f"{name} (first call)"] = time.perf_counter() - start
+            runners[name], compilations[name] = ind, count
         rows = []
-        for b, s in STREAM:
+        for b, s in STREAM[:shapes]:
             args = inputs(b, s)
             want = model(*args)
             row: dict = {"batch": b, "seq": s, "first_ms": {}, "err": {}, "ms": {}}
@@ -134,9 +146,10 @@ def run_stream(rounds: int, systems: list[str]) -> dict:
     for name in runners:
         if name != "eager":
             geo[f"{name} vs eager"] = math.exp(statistics.mean(math.log(r["ms"]["eager"] / r["ms"][name]) for r in rows))
-    if "disc" in runners and "inductor" in runners:
-        geo["disc vs inductor"] = math.exp(statistics.mean(math.log(r["ms"]["inductor"] / r["ms"]["disc"]) for r in rows))
-    out = {"rows": rows, "geomean": geo, "compile_s": compile_s, "compilations": {n: f() for n, f in compilations.items()}}
+    for peer in ("inductor", "inductor-ro"):
+        if "disc" in runners and peer in runners:
+            geo[f"disc vs {peer}"] = math.exp(statistics.mean(math.log(r["ms"][peer] / r["ms"]["disc"]) for r in rows))
+    out = {"dtype": dtype, "rows": rows, "geomean": geo, "compile_s": compile_s, "compilations": {n: f() for n, f in compilations.items()}}
     if "disc" in runners:
         one, two = _layer_kernels(1), _layer_kernels(2)
         out["disc"] = {
@@ -242,6 +255,7 @@ def markdown(report: dict) -> str:
     st = report.get("stream")
     if st:
         names = list(st["rows"][0]["ms"])
+        lines += [f"BERT-base (disc's own), {st.get('dtype', 'f32')}, {len(st['rows'])} shapes", ""]
         lines += ["| batch x seq | " + " | ".join(f"{n} (ms)" for n in names) + " | " + " | ".join(f"{n} vs eager" for n in names if n != "eager") + " |"]
         lines += ["|---|" + "---:|" * (2 * len(names) - 1)]
         for r in st["rows"]:
@@ -280,12 +294,17 @@ def markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="benchmarks/results/gpu")
+    p.add_argument("--out", default=os.path.join(os.environ["OUT"], "gpu") if os.environ.get("OUT") else "benchmarks/results/gpu")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--parts", default="stream,bandwidth,profile")
     p.add_argument("--systems", default="eager,disc,inductor")
     p.add_argument("--mb", default="256", help="tensor sizes of the bandwidth part, MiB, comma-separated")
+    p.add_argument("--dtype", default="f32", choices=sorted(DTYPES), help="the stream's model and float inputs")
+    p.add_argument("--shapes", type=int, default=len(STREAM), help="the first N shapes of the stream")
+    p.add_argument("--quick", action="store_true", help="the stream only, bf16, 12 shapes, 3 rounds, eager/disc/inductor-ro: a few minutes on a fresh GPU")
     args = p.parse_args(argv)
+    if args.quick:
+        args.parts, args.dtype, args.shapes, args.rounds, args.systems = "stream", "bf16", 12, 3, "eager,disc,inductor-ro"
     if not torch.cuda.is_available():
         print("benchmarks.gpu needs a CUDA GPU (torch.cuda.is_available() is False)")
         return 2
@@ -301,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     if "bandwidth" in parts:
         report["bandwidth"] = run_bandwidth(args.rounds, [int(x) for x in args.mb.split(",")])
     if "stream" in parts:
-        report["stream"] = run_stream(args.rounds, args.systems.split(","))
+        report["stream"] = run_stream(args.rounds, args.systems.split(","), args.dtype, args.shapes)
     if "profile" in parts:
         report["profile"] = run_profile([(1, 16), (4, 64), (16, 128)])
     out = Path(args.out)

@@ -29,6 +29,31 @@ from dataclasses import dataclass, field
 import torch
 
 
+def numerics_flags() -> tuple:
+    """The settings that choose how PyTorch's GPU GEMMs and convolutions round float32 (TF32 or
+    not) and reduce 16-bit inputs: the library calls of a program follow them at each call.
+    PyTorch refuses to read a setting set through both its legacy and its new API; such a
+    setting is keyed as unreadable (eager's own calls raise then)."""
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    reads = (
+        lambda: cuda.allow_tf32,
+        lambda: cudnn.allow_tf32,
+        lambda: cuda.fp32_precision,
+        lambda: cudnn.conv.fp32_precision,
+        torch.get_float32_matmul_precision,
+        lambda: cuda.allow_fp16_reduced_precision_reduction,
+        lambda: cuda.allow_bf16_reduced_precision_reduction,
+    )
+    return tuple(_read(r) for r in reads)
+
+
+def _read(setting: Callable[[], object]) -> object:
+    try:
+        return setting()
+    except (RuntimeError, AttributeError):  # set through both APIs, or not in this PyTorch
+        return "unreadable"
+
+
 def graph_limits() -> tuple[int, int]:
     """(shapes, bytes) from the environment."""
     shapes = int(os.environ.get("DISC_CUDA_GRAPHS", "16"))
@@ -88,7 +113,10 @@ class GraphCache:
 
     @staticmethod
     def key(inputs: Sequence[torch.Tensor]) -> tuple:
-        return tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+        # A graph holds the GEMM and convolution kernels cuBLAS and cuDNN chose when it was
+        # captured, under the numerics flags of that moment; the flags are part of the key, so a
+        # call made after the user changed them captures again (eager follows them per call).
+        return (numerics_flags(), *((tuple(t.shape), t.dtype, t.device) for t in inputs))
 
     def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         if self.max_shapes == 0 or torch.cuda.is_current_stream_capturing():

@@ -144,3 +144,26 @@ def test_a_shape_that_cannot_be_recorded_keeps_running_as_plain_calls(monkeypatc
             args = _inputs(3, 11, seed)
             torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
     assert graphs.captures == 0 and graphs.shapes() == 0
+
+
+def test_library_calls_follow_the_tf32_flags_eager_follows(monkeypatch):
+    # Under TF32 a GEMM rounds its inputs to 10-bit significands (errors ~1e-3 of the scale);
+    # disc's GEMMs are cuBLAS calls made under the caller's flags, and a graph captured under one
+    # setting is not replayed under the other.
+    m, cm = _compiled(monkeypatch)
+    args = _inputs(3, 64, 5)
+    with torch.no_grad():
+        exact = m.double()(*(a.double() for a in args))
+        m.float()
+        for tf32 in (True, False, True, False):
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+            for _ in range(3):  # the second call captures, the third replays
+                got = cm(*args)
+            want = m(*args)
+            error = ((got.double() - exact).abs().max() / exact.abs().max()).item()
+            eager = ((want.double() - exact).abs().max() / exact.abs().max()).item()
+            if tf32:
+                assert error > 1e-5 and eager > 1e-5, (error, eager)  # both rounded
+            else:
+                assert error < 1e-5 and eager < 1e-5, (error, eager)
+    # conftest.py's setting (TF32 off) holds again after the last pass

@@ -28,3 +28,23 @@ def test_a_stream_of_new_shapes_does_not_grow_the_cache(monkeypatch):
     for n in range(1, 200):
         assert cache.run([torch.zeros(n, 3)]) is None
     assert len(cache._seen_once) == 8 and len(cache._uncaptured) == 0 and cache.shapes() == 0
+
+
+def test_a_change_of_numerics_flags_is_a_new_key():
+    # A graph replays the GEMM kernels chosen at its capture: after the user turns TF32 on or off
+    # for GEMMs or convolutions, the same shape must not replay the old choice.
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = matmul.allow_tf32, cudnn.allow_tf32
+    x = [torch.zeros(2, 3)]
+    try:
+        matmul.allow_tf32 = cudnn.allow_tf32 = False
+        keys = [GraphCache.key(x)]
+        matmul.allow_tf32 = True
+        keys.append(GraphCache.key(x))
+        cudnn.allow_tf32 = True
+        keys.append(GraphCache.key(x))
+        assert len(set(keys)) == 3
+        matmul.allow_tf32 = cudnn.allow_tf32 = False
+        assert GraphCache.key(x) == keys[0]
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved

@@ -21,7 +21,7 @@ for f in sorted(glob.glob(f"{work}/*.json")):
     rows += json.load(open(f))
 json.dump(rows, open(f"{out}/gpu.json", "w"), indent=1)
 for r in rows:
-    what = r.get("error", "")[:160] or f"out {r['worst_output']:.1e} grad {r['worst_gradient']:.1e} graphs {r['compilations']} fb {r['fallbacks']}"
+    what = r.get("error", "")[:160] or f"out {r['worst_output']:.1e} grad {r['worst_gradient']:.1e} (eager vs f32: {r['eager_vs_f32']:.0e}, {r['eager_grad_vs_f32']:.0e}) graphs {r['compilations']} fb {r['fallbacks']}"
     print(f"{r['arch']:13s} {r['mode']:10s} {r['seconds']:6.1f}s {what}")
     for p in r.get("programs", []):
         if "NOT compiled" in p or p.startswith("reference"):
@@ -29,4 +29,4 @@ for r in rows:
 PY
 [ -d "$work/graphs" ] && tar -cf "$out/graphs.tar" -C "$work" graphs
 tar -cf "$out/logs.tar" -C "$work" $(cd "$work" && ls *.log)
-for f in "$work"/*.log; do grep -q "^[a-z_0-9]* *train " "$f" || echo "did not finish: $(basename "$f" .log)"; done
+for f in "$work"/*.log; do grep -q "^[a-z_0-9]* *autocast-train " "$f" || echo "did not finish: $(basename "$f" .log)"; done

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU checks on a lent H100/H200, in one command and under 8 minutes, with only what that
+# machine has (torch, Triton, transformers; no package registry):
+#   bash benchmarks/device_check.sh            # writes under $OUT, or ./device-check
+# 1. the GPU benchmark's quick stream (BERT-base bf16, 12 shapes: eager, disc, inductor with
+#    CUDA graphs), timed alone on the GPU;
+# 2. the third-party model suite on CUDA (tests/third_party/gpu_suite.sh): every architecture in
+#    fp32 (TF32 off and on), bf16, f16 and autocast, inference and training, against eager;
+#    beside it, the Triton backend's and the CUDA graphs' own tests on the GPU.
+set -u
+out=${OUT:-device-check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+timeout "${BENCH_SECONDS:-200}" python3 -m benchmarks.gpu --quick --out "$out/bench" 2>&1 | tee "$out/bench.log"
+timeout "${SUITE_SECONDS:-210}" python3 -m pytest -q -n 4 -p no:cacheprovider tests/codegen/test_triton.py tests/runtime/test_cuda_graphs.py tests/runtime/test_devices.py >"$out/pytest.txt" 2>&1 &
+bash tests/third_party/gpu_suite.sh "$out" "${SUITE_SECONDS:-210}" 2>&1 | tee "$out/suite.txt"
+wait
+tail -30 "$out/pytest.txt"
