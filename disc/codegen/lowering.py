@@ -39,10 +39,11 @@ _REMAPS = ("reshape", "transpose")
 # the dims it expands (GQA's repeated K/V heads become a batch dim the GEMM reads again).
 _VIEWS = (*_REMAPS, "slice", "broadcast_in_dim")
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1}
-NATIVE_DTYPES = frozenset({"f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
-# The Triton kernels also load and store 16-bit floats (computing in f32 between), and torch's
-# GPU GEMMs and convolutions take them.
-GPU_DTYPES = NATIVE_DTYPES | {"f16", "bf16"}
+# Both backends' kernels load and store 16-bit floats, computing in f32 between. The CPU's
+# library calls (oneDNN through the RAL) are f32: its 16-bit GEMMs and convolutions are refused
+# and run in PyTorch between compiled segments (oneDNN there too, with AMX or AVX512_BF16 where
+# the CPU has them); torch's GPU GEMMs and convolutions take 16-bit operands.
+KERNEL_DTYPES = frozenset({"f16", "bf16", "f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
 GPU_LIBRARY_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
 
 
@@ -327,7 +328,6 @@ class _Lowering:
         self.g = g
         self.conv_epilogues = conv_epilogues
         self.data_dependent = data_dependent
-        self.dtypes = GPU_DTYPES if gpu else NATIVE_DTYPES
         self.library_dtypes = GPU_LIBRARY_DTYPES if gpu else frozenset({"f32"})
         self.c = g.constraints
         self.users = g.users()
@@ -350,8 +350,8 @@ class _Lowering:
                 continue
             elif n.op == "nonzero" and not self.data_dependent:
                 refused[n] = f"%{n.name}: nonzero's result size is known only once it has run; PyTorch runs it between compiled segments"
-            elif n.dtype not in self.dtypes:
-                refused[n] = f"%{n.name}: dtype {n.dtype} has no {'GPU' if self.dtypes is GPU_DTYPES else 'CPU'} kernels yet"
+            elif n.dtype not in KERNEL_DTYPES:
+                refused[n] = f"%{n.name}: dtype {n.dtype} has no kernels yet"
             elif kernel_kind(n.op, n.type) == "library" and n.dtype not in self.library_dtypes:
                 refused[n] = f"%{n.name}: {n.op} in {n.dtype}; the library path takes {', '.join(sorted(self.library_dtypes))}"
         if refused:
@@ -673,5 +673,5 @@ def lower(g: Graph, conv_epilogues: bool = False, data_dependent: bool = False, 
     ``conv_epilogues``: convolutions compute their bias add and ReLU (a backend whose library
     call can, the CPU's). ``data_dependent``: the backend runs ``nonzero`` itself, binding its
     count mid-call (the CPU's host flow); otherwise a ``nonzero`` is refused. ``gpu``: the
-    Triton backend's dtypes (16-bit floats too) rather than the CPU's."""
+    Triton backend's library dtypes (16-bit GEMMs and convolutions) rather than the CPU's."""
     return _Lowering(g, conv_epilogues, data_dependent, gpu).run()

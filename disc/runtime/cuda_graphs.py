@@ -146,13 +146,19 @@ class GraphCache:
         before = torch.cuda.memory_allocated()
         mine = [t.contiguous().clone() for t in inputs]
         graph = torch.cuda.CUDAGraph()
+        caller_stream = torch.cuda.current_stream()
         try:
             # thread_local: other threads may keep calling (and allocating) while this one records.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # A stream of its own: torch.cuda.graph's default capture stream is one for the whole
+            # process, which another thread's capture (of another program) would share.
+            with torch.cuda.graph(graph, stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
                 outs = self._capture(mine)
         except RuntimeError:
             # Something in the program cannot be recorded (a library routine that syncs, say):
             # this shape keeps running as plain calls, which raise any real error themselves.
+            # torch.cuda.graph does not restore the caller's stream when its capture fails, and
+            # this thread's later calls would be launched onto the broken capture's stream.
+            torch.cuda.set_stream(caller_stream)
             self._uncaptured.add(key)
             return None
         nbytes = torch.cuda.memory_allocated() - before

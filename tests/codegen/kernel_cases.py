@@ -365,3 +365,19 @@ def check_floor_div(got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got[~want.isnan()], want[~want.isnan()])
     assert torch.equal(torch.signbit(got[~want.isnan()]), torch.signbit(want[~want.isnan()]))
+
+
+# 16-bit floats against eager in the same dtype: the backends compute in f32 and round once where
+# a value is stored (eager rounds after every op), so the two differ by a few of the dtype's
+# steps: 2^-8 for bf16's 8-bit significand, 2^-11 for f16's, relative to the output's largest value.
+HALF_TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 3e-3}
+_BXS = {0: "b", 1: "s"}
+HALF_CASES = {
+    "elementwise": (Elementwise, lambda b, t: (torch.randn(b, t), torch.randn(b, t)), {"x": _BXS, "y": _BXS}),
+    "bias_gelu": (BiasGelu, lambda b, t: (torch.randn(b, t, 24),), {"x": _BXS}),
+    "row_reductions": (RowSum, lambda b, t: (torch.randn(b, t),), {"x": _BXS}),
+    "layer_and_rms_norm": (Norms, lambda b, t: (torch.randn(b, t, 40), torch.randn(b, t, 40)), {"x": _BXS, "r": _BXS}),
+    "masked_softmax": (MaskedSoftmax, lambda b, t: (torch.randn(b, 2, t, t), (torch.rand(b, t) > 0.3).float()), {"s": {0: "b", 2: "s", 3: "s"}, "mask": _BXS}),
+    "attention_with_gemms": (Attention, lambda b, t: (torch.randn(b, t, 32),), {"x": _BXS}),
+    "rotate_half_and_pad": (PartsOfAProducer, lambda b, t: (torch.randn(b, 2 * t), torch.randn(b, 2 * t)), {"x": _BXS, "y": _BXS}),
+}

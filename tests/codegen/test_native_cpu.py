@@ -14,6 +14,8 @@ import pytest
 import torch
 from kernel_cases import (
     CONV_GRADIENTS,
+    HALF_CASES,
+    HALF_TOLERANCE,
     MAYBE_BROADCAST,
     MIXED_KEEPDIM_SUMS,
     Attention,
@@ -493,3 +495,39 @@ def test_pow_by_a_constant_exponent_is_written_as_products():
         _check(cm, m, (torch.randn(*shape) * 3,))
     kernels = cm.executor.native.source.text.split("struct Shapes", 1)[1]  # past the prelude's definitions
     assert kernels.count("disc_pow(") == 1 and "std::sqrt(" in kernels  # only y ** 2.5 calls pow
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", sorted(HALF_CASES))
+def test_16_bit_floats_against_eager_in_the_same_dtype(case, dtype):
+    # Kernels keep 16-bit buffers and compute in float, rounding to nearest even once per store;
+    # the RAL's GEMMs are float32, so 16-bit GEMMs run in PyTorch between compiled segments.
+    model_type, inputs, dynamic = HALF_CASES[case]
+    m = model_type().to(dtype).eval()
+    half = lambda *xs: tuple(x.to(dtype) for x in xs)  # noqa: E731
+    cm = disc.compile(m, half(*inputs(2, 5)), dynamic=dynamic)
+    backend = cm.report.backend.name
+    assert backend.startswith("native-cpu"), cm.report.backend.reason
+    gemms = case == "attention_with_gemms"
+    assert ("segments" in backend) == gemms, backend  # only GEMMs leave the compiled program
+    for b, t in [(1, 1), (2, 5), (3, 33)]:
+        args = half(*inputs(b, t))
+        got = cm(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        assert all(g.dtype == dtype for g in got if g.is_floating_point())
+        _check(cm, m, args, tol=HALF_TOLERANCE[dtype])
+
+
+class Scale(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 1.7
+
+
+def test_16_bit_stores_round_to_nearest_even():
+    for dtype in (torch.bfloat16, torch.float16):
+        cm = _compile(Scale(), (torch.randn(2, 5, dtype=dtype),), {"x": BXS})
+        x = torch.randn(64, 77).to(dtype)
+        assert torch.equal(cm(x), (x.float() * 1.7).to(dtype))
+        special = torch.tensor([[float("nan"), float("inf"), -0.0, 65504.0]], dtype=dtype)
+        got, want = cm(special), (special.float() * 1.7).to(dtype)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got[~got.isnan()], want[~want.isnan()])

@@ -320,3 +320,38 @@ def test_model_matches_eager(name: str, mode: str, request: pytest.FixtureReques
     assert grad_error <= RTOL, f"{name} {mode}: gradient of {grad_name} off by {grad_error:.2e}"
     unexplained = [p for p in result["recompiled_after_general"] if tuple(p) not in DYNAMO_RECOMPILES.get(name, {})]
     assert not unexplained, f"{name} {mode}: compiled again at {unexplained}"
+
+
+def _in_dtype(value: Any, dtype: torch.dtype) -> Any:
+    return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "llama", "vit"])
+def test_bf16_inference_is_as_close_to_float32_as_eager(name: str) -> None:
+    """A bf16 model through the plug-in on the CPU: its kernels compiled (16-bit buffers, float
+    arithmetic, one rounding per store), its GEMMs run by PyTorch between them. Eager in bf16 is
+    itself off float32 by its rounding after every op; disc must be no further off than that."""
+    torch._dynamo.reset()
+    arch = ARCHS[name]
+    full = arch.build().eval()
+    model = copy.deepcopy(full).to(torch.bfloat16)
+    ref = copy.deepcopy(model)
+    seen = _Compilations()
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    for k, (b, n) in enumerate(arch.stream[:3]):  # size 1 first
+        args, kwargs = arch.inputs(b, n, k)
+        half_args = tuple(_in_dtype(a, torch.bfloat16) for a in args)
+        half_kwargs = {key: _in_dtype(v, torch.bfloat16) for key, v in kwargs.items()}
+        with torch.no_grad():
+            exact = [o.double() for o in arch.output(full(*args, **kwargs))]
+            got = arch.output(compiled(*half_args, **half_kwargs))
+            eager = arch.output(ref(*half_args, **half_kwargs))
+        assert all(g.dtype == torch.bfloat16 for g in got if g.is_floating_point())
+        disc_off = _output_error([g.double() for g in got], exact)
+        eager_off = _output_error([e.double() for e in eager], exact)
+        assert disc_off <= 2 * eager_off + 1e-3, (b, n, disc_off, eager_off)
+    reports = seen.new()
+    assert len([r for r in reports if not r.name.endswith("(backward)")]) <= 2  # the size-1 graph and the general one
+    for r in reports:
+        assert r.backend is not None and r.backend.name.startswith("native-cpu"), (r.name, r.backend and r.backend.reason)

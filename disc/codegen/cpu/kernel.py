@@ -41,7 +41,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
-from disc.codegen.cpu.ops import BINARY, C_TYPES, REDUCE_INIT, REDUCE_INIT_INT, REDUCE_STEP, SIMD_REDUCTION, UNARY, literal
+from disc.codegen.cpu.ops import (
+    BINARY,
+    C_TYPES,
+    FLOATS,
+    NARROW,
+    REDUCE_INIT,
+    REDUCE_INIT_INT,
+    REDUCE_STEP,
+    SIMD_REDUCTION,
+    UNARY,
+    WIDEN,
+    literal,
+    storage_type,
+)
 from disc.codegen.groups import (
     column_space,
     output_source,
@@ -200,6 +213,8 @@ class _Emitter(IndexEmitter):
             expr = f"{self.buffers[n]}[{self.linear_of(idx)}]"
             if n.dtype == "i1":
                 expr = f"disc_load_bool(&{expr})"
+            elif n.dtype in WIDEN:
+                expr = WIDEN[n.dtype].format(expr)
         else:
             expr = self._compute(n, idx)
         name = self.let(C_TYPES[n.dtype], expr)
@@ -214,7 +229,7 @@ class _Emitter(IndexEmitter):
             return f"disc_exp_nonpositive_arg({self.value(n.inputs[0], idx)})"
         if op in UNARY:
             return UNARY[op].format(self.value(n.inputs[0], idx))
-        if op == "div" and n.dtype in ("f32", "f64") and self._row_invariant(n.inputs[1]):
+        if op == "div" and n.dtype in FLOATS and self._row_invariant(n.inputs[1]):
             # A row divided by its own reduction (softmax's sum): one reciprocal per row, which
             # GCC hoists out of the column loop, and a multiply per element, as eager's softmax
             # does. A vector division costs several multiplies' throughput on AVX2.
@@ -231,6 +246,8 @@ class _Emitter(IndexEmitter):
                 return f"({x} != 0)"
             if n.inputs[0].type.dtype == "i1":  # a select: GCC does not vectorise bool -> float casts on AVX2
                 return f"({x} ? {t}(1) : {t}(0))"
+            if n.dtype in NARROW:  # rounded to 16 bits where the program says so, then computed on in float
+                return WIDEN[n.dtype].format(NARROW[n.dtype].format(f"static_cast<float>({x})"))
             return f"static_cast<{t}>({x})"
         if spec.category == ELEMENTWISE:
             raise Unsupported(f"no C++ for elementwise op {op}", [n])
@@ -436,7 +453,7 @@ class _Emitter(IndexEmitter):
             self.w(f"{best} = {v};")
             self.w(f"{at} = {flat};")
             return
-        better = f"({v} > {best})" + (f" | ({v} != {v})" if x.dtype in ("f32", "f64") else "") + ("" if seeded else f" | ({at} < 0)")
+        better = f"({v} > {best})" + (f" | ({v} != {v})" if x.dtype in FLOATS else "") + ("" if seeded else f" | ({at} < 0)")
         take = self.let("bool", f"({' & '.join(conds)}) & ({better})" if conds else f"({better})", "t")
         self.w(f"{best} = {take} ? {v} : {best};")
         self.w(f"{at} = {take} ? {flat} : {at};")
@@ -457,7 +474,7 @@ class _Emitter(IndexEmitter):
 
 def _reduce_init(kind: str, dtype: str) -> str:
     """The C++ identity of a reduction ``kind`` in ``dtype`` (integers have no infinity)."""
-    table = REDUCE_INIT_INT if dtype not in ("f32", "f64") and kind in REDUCE_INIT_INT else REDUCE_INIT
+    table = REDUCE_INIT_INT if dtype not in FLOATS and kind in REDUCE_INIT_INT else REDUCE_INIT
     return table[kind].format(t=C_TYPES[dtype])
 
 
@@ -486,16 +503,21 @@ def _atomic(expr: str) -> str:
     return f"({expr})"
 
 
+def _stored(out: Node, value: str) -> str:
+    """``value`` (computed in ``out``'s compute type) as ``out``'s buffer holds it."""
+    return NARROW[out.dtype].format(value) if out.dtype in NARROW else value
+
+
 # -- kernel functions -----------------------------------------------------------------
 def _signature(name: str, step: KernelStep) -> str:
     params = ["const Shapes& s"]
-    params += [f"{C_TYPES[n.dtype]}* __restrict__ out{i}" for i, n in enumerate(step.outputs)]
+    params += [f"{storage_type(n.dtype)}* __restrict__ out{i}" for i, n in enumerate(step.outputs)]
     seen = set(step.outputs)
     k = 0
     for n in step.inputs:
         if n in seen:
             continue
-        params.append(f"const {C_TYPES[n.dtype]}* __restrict__ in{k}")
+        params.append(f"const {storage_type(n.dtype)}* __restrict__ in{k}")
         k += 1
     return f"DISC_HIDDEN void {name}({', '.join(params)})"
 
@@ -683,14 +705,14 @@ def _write_outputs(em: _Emitter, step: KernelStep, space: Node, idx: Idx, only: 
         elif source is not out and em.c.prove_same_shape(source.shape, space.shape):
             # Read the source at the space's own index, so row values (a LayerNorm's
             # statistics) are found at the row being computed rather than re-derived.
-            em.w(f"out{i}[{em.linear_of(idx)}] = {em.value(source, idx)};")
+            em.w(f"out{i}[{em.linear_of(idx)}] = {_stored(out, em.value(source, idx))};")
             continue
         elif em.c.prove_same_numel(out.shape, space.shape):
             at = reshaped(em, idx, space.shape, out.shape)
         else:
             raise Unsupported(f"output %{out.name} {out.type} is not in the kernel's space {space.type}")
         v = em.value(out, at)
-        em.w(f"out{i}[{em.linear_of(at)}] = {v};")
+        em.w(f"out{i}[{em.linear_of(at)}] = {_stored(out, v)};")
 
 
 # OpenMP reduction identifiers, for splitting a row across threads (every kind has one).
@@ -799,7 +821,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
             em.accs[r] = (acc, row_of[r])
         # max/min vectorise as plain compare-selects plus a NaN flag: torch propagates NaN, the
         # hardware max does not, so a row that saw a NaN gets NaN after the loop.
-        nan_flags = {r: em.fresh("nan") for r in batch if r.attrs["kind"] in ("max", "min") and r.dtype in ("f32", "f64")}
+        nan_flags = {r: em.fresh("nan") for r in batch if r.attrs["kind"] in ("max", "min") and r.dtype in FLOATS}
         for flag in nan_flags.values():
             em.w(f"int {flag} = 0;")  # an int, not a bool: a bool |-reduction vectorises 2.3x slower
         simd = [f"{SIMD_REDUCTION[r.attrs['kind']]}:{em.accs[r][0]}" for r in batch if r.attrs["kind"] in SIMD_REDUCTION]
@@ -843,7 +865,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
                 raise Unsupported(f"output %{o.name} {o.type} is neither a row space {reductions[0].type} nor the reduced space")
             at = Idx(em.shape(source), dims)
             v = em.value(source, at)
-            em.w(f"out{i}[{em.linear_of(at)}] = {v};")
+            em.w(f"out{i}[{em.linear_of(at)}] = {_stored(o, v)};")
     if full_outputs:
         idx = open_cols("#pragma omp parallel for simd schedule(static)" if split else "#pragma omp simd")
         _write_outputs(em, step, domain, idx, full_outputs)
@@ -973,7 +995,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
             if dims is None:
                 raise Unsupported(f"output %{out.name} {out.type} is neither a reduced space nor the full space {domain.type}")
             at = Idx(em.shape(source), dims)
-            em.w(f"out{i}[{em.linear_of(at)}] = {em.value(source, at)};")
+            em.w(f"out{i}[{em.linear_of(at)}] = {_stored(out, em.value(source, at))};")
         em.scopes.pop()
         em.w.depth -= 1
         em.w("}")
@@ -1000,6 +1022,8 @@ def _scatter_body(step: KernelStep, names: SymbolNames) -> _Emitter:
     """
     em = _Emitter(step, names, False)
     n = step.group.root  # after the cheap operands it recomputes
+    if n.dtype in NARROW:  # its adds accumulate in the output's buffer, which would round each one
+        raise Unsupported(f"scatter_add %{n.name} in {n.dtype}: no 16-bit C++ form", [n])
     x, index, src = n.inputs
     rank = len(n.shape)
     axis = n.attrs["axis"] % rank

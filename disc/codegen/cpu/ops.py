@@ -7,7 +7,11 @@ NaN propagated the way PyTorch propagates it.
 
 from __future__ import annotations
 
+# The C++ type each IR dtype is computed in: 16-bit floats are widened to float when loaded,
+# computed in float and rounded (to nearest even) once, where stored or explicitly converted.
 C_TYPES = {
+    "f16": "float",
+    "bf16": "float",
     "f32": "float",
     "f64": "double",
     "i64": "int64_t",
@@ -17,6 +21,18 @@ C_TYPES = {
     "u8": "uint8_t",
     "i1": "bool",
 }
+
+# The element type of a buffer of each dtype computed in a wider one, and its conversions.
+C_STORAGE = {"f16": "uint16_t", "bf16": "uint16_t"}
+WIDEN = {"f16": "disc_from_f16({0})", "bf16": "disc_from_bf16({0})"}
+NARROW = {"f16": "disc_to_f16({0})", "bf16": "disc_to_bf16({0})"}
+FLOATS = ("f16", "bf16", "f32", "f64")
+
+
+def storage_type(dtype: str) -> str:
+    """The C++ element type of a buffer of ``dtype``."""
+    return C_STORAGE.get(dtype, C_TYPES[dtype])
+
 
 UNARY = {
     "neg": "(-{0})",
@@ -216,6 +232,15 @@ static inline bool disc_bitnot(bool x) { return !x; }
 // float conversion on a loaded `bool` on AVX2 ("relevant stmt not supported"), and so left BERT
 // training's LayerNorm-backward and masked kernels scalar; on a loaded byte it does.
 static inline bool disc_load_bool(const bool* p) { return *reinterpret_cast<const uint8_t*>(p) != 0; }
+// 16-bit floats are kept as their bits (GCC 12 has no bf16 arithmetic) and computed in float.
+static inline float disc_from_bf16(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t disc_to_bf16(float f) {  // to nearest even; a NaN stays a (quiet) NaN
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return f != f ? uint16_t((u >> 16) | 0x40) : uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+static inline float disc_from_f16(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return float(v); }
+static inline uint16_t disc_to_f16(float f) { _Float16 v = _Float16(f); uint16_t h; std::memcpy(&h, &v, 2); return h; }
 template <class T> static inline T disc_bitnot(T x) { return ~x; }
 template <class T> static inline T disc_sigmoid(T x) { return T(1) / (T(1) + disc_exp(-x)); }
 template <class T> static inline T disc_silu(T x) { return x / (T(1) + disc_exp(-x)); }
@@ -362,7 +387,7 @@ def literal(value: object, dtype: str) -> str:
     t = C_TYPES[dtype]
     if dtype == "i1":
         return "true" if value else "false"
-    if dtype in ("f32", "f64"):
+    if dtype in FLOATS:
         v = float(value)  # type: ignore[arg-type]
         if v != v:
             return f"std::numeric_limits<{t}>::quiet_NaN()"

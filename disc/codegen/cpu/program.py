@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel
-from disc.codegen.cpu.ops import C_TYPES, PRELUDE
+from disc.codegen.cpu.ops import PRELUDE, storage_type
 from disc.codegen.cpu.toolchain import UNIT_MARKER
 from disc.codegen.lowering import (
     KernelStep,
@@ -164,7 +164,7 @@ class _ProgramEmitter:
     # -- host flow --------------------------------------------------------------------
     def _ptr(self, n: Node) -> str:
         kind, where = self.lp.location[n]
-        t = C_TYPES[n.dtype]
+        t = storage_type(n.dtype)
         if kind == "input":
             return f"static_cast<{t}*>(inputs[{where}])"
         if kind == "output":
