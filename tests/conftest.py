@@ -53,14 +53,18 @@ def pytest_configure(config) -> None:
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     log = getattr(session.config, "_disc_forms_log", None)
-    if not log or not os.path.getsize(log):
+    if not log or not os.path.exists(log):
+        return
+    if not os.path.getsize(log):  # no Triton program was built
+        os.unlink(log)
         return
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISC_TRITON_FORMS_LOG")}
     done = subprocess.run([sys.executable, "-m", "disc.runtime.triton_target", log], env=env, capture_output=True, text=True)
     report = session.config.pluginmanager.get_plugin("terminalreporter")
     text = (done.stdout + done.stderr).strip()
     if report is not None:
-        report.write_line(f"Triton kernels compiled for a GPU target: {text[-20000:]}")
+        report.write_sep("-", "Triton kernels compiled for a GPU target (disc/runtime/triton_target.py)")
+        report.write_line(text[-20000:])
     if done.returncode != 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     os.unlink(log)

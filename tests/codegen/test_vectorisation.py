@@ -131,3 +131,16 @@ def test_max_pool_interior_windows_are_vectorised(tmp_path):
     source = cm.executor.native.source.text
     assert "reduce_window" in source
     assert [(line, before) for line, before in scalar_loops(source, tmp_path) if before != "} else {"] == []
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("module, shape", [(BiasGelu(), (6, 24)), (Norms(), (2, 3, 40))], ids=["bias-gelu", "layernorm-rmsnorm"])
+def test_16_bit_kernels_are_vectorised_in_every_loop(module, shape, dtype, tmp_path):
+    # Their loads widen and their stores round in integer steps (bf16) or through _Float16:
+    # both must stay inside vector loops, or a bf16 model runs its kernels scalar.
+    module = module.to(dtype)
+    n = len(module.forward.__code__.co_varnames[1 : module.forward.__code__.co_argcount])
+    args = tuple(torch.randn(shape, dtype=dtype) for _ in range(n))
+    names = module.forward.__code__.co_varnames[1 : 1 + n]
+    cm = disc.compile(module, args, dynamic={k: {0: "b"} for k in names}, backend="native")
+    assert scalar_loops(cm.executor.native.source.text, tmp_path) == []

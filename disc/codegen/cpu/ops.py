@@ -239,8 +239,38 @@ static inline uint16_t disc_to_bf16(float f) {  // to nearest even; a NaN stays 
   std::memcpy(&u, &f, 4);
   return f != f ? uint16_t((u >> 16) | 0x40) : uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
 }
-static inline float disc_from_f16(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return float(v); }
-static inline uint16_t disc_to_f16(float f) { _Float16 v = _Float16(f); uint16_t h; std::memcpy(&h, &v, 2); return h; }
+// f16 in integer and float steps with selects, not through _Float16: GCC 12 leaves loops that
+// convert _Float16 scalar even where the CPU converts vectors of them.
+static inline float disc_from_f16(uint16_t h) {
+  const uint32_t em = uint32_t(h & 0x7FFF) << 13;  // exponent and mantissa at float's positions
+  const uint32_t e = em & 0x0F800000u;
+  float sub;  // a subnormal: 2^-14 * (1 + m/1024) - 2^-14
+  const uint32_t biased = em + (113u << 23);
+  std::memcpy(&sub, &biased, 4);
+  sub -= 6.103515625e-05f;
+  uint32_t sub_bits;
+  std::memcpy(&sub_bits, &sub, 4);
+  uint32_t bits = e == 0x0F800000u ? em + (224u << 23) : (e == 0 ? sub_bits : em + (112u << 23));
+  bits |= uint32_t(h & 0x8000) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+static inline uint16_t disc_to_f16(float f) {  // to nearest even; past 65504 to inf; NaN stays NaN
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t a = x & 0x7FFFFFFFu;
+  const uint32_t normal = (a - (112u << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13;
+  float magnitude, aligned;  // below 2^-14: adding 0.5 makes the float adder round it to a multiple of 2^-24
+  std::memcpy(&magnitude, &a, 4);
+  aligned = magnitude + 0.5f;
+  uint32_t aligned_bits;
+  std::memcpy(&aligned_bits, &aligned, 4);
+  const uint32_t sub = aligned_bits - 0x3F000000u;
+  const uint32_t big = a > 0x7F800000u ? 0x7E00u : 0x7C00u;
+  return uint16_t((a >= 0x47800000u ? big : (a < 0x38800000u ? sub : normal)) | sign);
+}
 template <class T> static inline T disc_bitnot(T x) { return ~x; }
 template <class T> static inline T disc_sigmoid(T x) { return T(1) / (T(1) + disc_exp(-x)); }
 template <class T> static inline T disc_silu(T x) { return x / (T(1) + disc_exp(-x)); }
