@@ -182,3 +182,33 @@ def test_exp_of_a_value_minus_another_rows_max_keeps_the_full_exp():
     cm, source = _compiled_source(_ExpMinusOtherRowsMax(), x, {0: "n", 1: "n"})
     assert not re.search(r"disc_exp_nonpositive_arg\(v\d+\)", source)
     torch.testing.assert_close(cm(x), torch.exp(x - x.amax(1)), rtol=2e-7, atol=0)
+
+
+class IntegerDivisions(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.div(a, b, rounding_mode="floor"), torch.remainder(a, b), torch.fmod(a, b), torch.div(a, b, rounding_mode="trunc")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_division_by_zero_is_an_error_not_a_crash(dtype):
+    # The hardware division traps (SIGFPE killed the process); eager raises ZeroDivisionError,
+    # and MIN / -1, which traps too, gives MIN for floor division (eager's own trunc division
+    # crashes there: disc wraps it the same way).
+    dyn = {"a": {0: "n", 1: "m"}, "b": {0: "n", 1: "m"}}
+    example = torch.randint(1, 5, (2, 8), dtype=dtype)
+    cm = disc.compile(IntegerDivisions(), (example, example), dynamic=dyn, backend="native")
+    for zero_at in (0, 5):
+        b = torch.arange(1, 9, dtype=dtype).reshape(1, 8)
+        b[0, zero_at] = 0
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            cm(torch.full((1, 8), 5, dtype=dtype), b)
+    lo = torch.iinfo(dtype).min
+    a = torch.tensor([[lo, lo, 7, -7, 7, -7, lo, 0]], dtype=dtype)
+    b = torch.tensor([[-1, 1, 2, 2, -2, -2, 3, -1]], dtype=dtype)
+    floor, rem, fmod, trunc = cm(a, b)
+    assert torch.equal(floor, torch.div(a, b, rounding_mode="floor"))
+    assert torch.equal(rem, torch.remainder(a, b)) and torch.equal(fmod, torch.fmod(a, b))
+    assert trunc[0, 0] == lo and torch.equal(trunc[0, 1:], torch.div(a[0, 1:], b[0, 1:], rounding_mode="trunc"))
+    a = torch.randint(-50, 50, (3, 41), dtype=dtype)
+    b = torch.randint(1, 9, (3, 41), dtype=dtype) * (torch.randint(0, 2, (3, 41), dtype=dtype) * 2 - 1)
+    assert all(torch.equal(g, w) for g, w in zip(cm(a, b), IntegerDivisions()(a, b)))

@@ -45,6 +45,7 @@ from disc.codegen.cpu.ops import (
     BINARY,
     C_TYPES,
     FLOATS,
+    INT_DIVISION,
     NARROW,
     REDUCE_INIT,
     REDUCE_INIT_INT,
@@ -235,6 +236,8 @@ class _Emitter(IndexEmitter):
             # does. A vector division costs several multiplies' throughput on AVX2.
             a, b = (self.value(x, idx) for x in n.inputs)
             return f"({a} * ({t}(1) / {b}))"
+        if op in INT_DIVISION and n.inputs[0].dtype not in FLOATS:
+            return INT_DIVISION[op].format(*(self.value(x, idx) for x in n.inputs))
         if op in BINARY:
             return BINARY[op].format(*(self.value(x, idx) for x in n.inputs))
         if op == "select":

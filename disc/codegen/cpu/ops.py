@@ -74,6 +74,16 @@ UNARY = {
     "silu": "disc_silu({0})",
 }
 
+# Integer division and remainder: by 0 they record a fault that the call reports as torch's
+# ZeroDivisionError (a hardware division would kill the process), and MIN / -1 wraps to MIN as
+# torch's floor division gives (the hardware division traps there too); `s` is the kernel's Shapes.
+INT_DIVISION = {
+    "div": "disc_int_div({0}, {1}, s.fault)",
+    "floor_div": "disc_int_floor_div({0}, {1}, s.fault)",
+    "remainder": "disc_int_remainder({0}, {1}, s.fault)",
+    "fmod": "disc_int_fmod({0}, {1}, s.fault)",
+}
+
 BINARY = {
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
@@ -342,6 +352,23 @@ template <class T> static inline T disc_remainder(T a, T b) {
 }
 template <class T> static inline T disc_fmod(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) return std::fmod(a, b); else return a % b;
+}
+template <class T> static inline T disc_int_div(T a, T b, int32_t* fault) {
+  if (b == 0) { __atomic_store_n(fault, 1, __ATOMIC_RELAXED); return 0; }
+  if (b == T(-1)) return T(T(0) - std::make_unsigned_t<T>(a));  // wraps at MIN, where a / -1 traps
+  return a / b;
+}
+template <class T> static inline T disc_int_floor_div(T a, T b, int32_t* fault) {
+  const T q = disc_int_div(a, b, fault);
+  return (b != 0 && b != T(-1) && q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <class T> static inline T disc_int_fmod(T a, T b, int32_t* fault) {
+  if (b == 0) { __atomic_store_n(fault, 1, __ATOMIC_RELAXED); return 0; }
+  return b == T(-1) ? T(0) : T(a % b);
+}
+template <class T> static inline T disc_int_remainder(T a, T b, int32_t* fault) {
+  const T r = disc_int_fmod(a, b, fault);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 // b = 0 gives 0: the program's check that the divisor is positive then reports the error
 // (computing a symbol precedes checking it), where a hardware division would kill the process.
