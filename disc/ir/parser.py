@@ -26,6 +26,7 @@ class IRParseError(ValueError):
 _FUNC = re.compile(r"^func @([\w.]+)\((.*)\)\s*\{$")
 _NODE = re.compile(r"^%([\w.]+) = ([\w.]+)\((.*?)\)(?: \{(.*)\})? : (.+)$")
 _SYM = re.compile(r"^sym (\w+) in \[(-inf|-?\d+), (inf|-?\d+)\](?: multiple of (\d+))?(?:  \((.*)\))?$")
+_EQ = re.compile(r"^eq ([A-Za-z_]\w*) == ([A-Za-z_]\w*)$")
 _CHECK = re.compile(r'^check (.+?) (==|!=|>=|%) (.+?)  (".*")$')
 
 
@@ -169,8 +170,18 @@ def _parse_constraint(g: Graph, ln: str) -> None:
         name, lo, hi, div, source = m.groups()
         c.declare(name, lo=-math.inf if lo == "-inf" else int(lo), hi=None if hi == "inf" else int(hi), divisor=int(div or 1), source=source or "")
     elif ln.startswith("eq "):
-        a, _, b = ln[3:].partition(" == ")
-        c.parent[a.strip()] = b.strip()
+        m = _EQ.match(ln)
+        if not m:
+            raise IRParseError(f"bad equality line {ln!r}: expected 'eq <symbol> == <symbol>'")
+        a, b = m.groups()
+        root = b
+        for _ in range(len(c.parent) + 1):  # the union-find must stay a forest: a cycle would never end a look-up
+            if root == a:
+                raise IRParseError(f"equality line {ln!r} closes a cycle of equalities")
+            if c.parent.get(root, root) == root:
+                break
+            root = c.parent[root]
+        c.parent[a] = b
     elif ln.startswith("def "):
         a, _, b = ln[4:].partition(" == ")
         c.definitions[a.strip()] = parse_expr(b)

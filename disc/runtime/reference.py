@@ -34,11 +34,25 @@ class ShapeProgram:
     computed: frozenset[str]  # names of index nodes it computes
 
 
-def _py(e: SymExpr, bound: set[str]) -> str | None:
+class _Locals:
+    """The generated function's name for each symbol: ``s0``, ``s1``... never the IR's own names,
+    which come from a file a user may have edited and so are never pasted into code."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def __call__(self, symbol: str) -> str:
+        return self.names.setdefault(symbol, f"s{len(self.names)}")
+
+    def expr(self, e: SymExpr) -> SymExpr:
+        return e.substitute({sym: SymExpr.symbol(self(sym)) for sym in e.symbols()})
+
+
+def _py(e: SymExpr, bound: set[str], local: _Locals) -> str | None:
     """Python source for an expression, or None if it uses an unbound symbol."""
     if not e.symbols() <= bound:
         return None
-    return f"({e})"
+    return f"({local.expr(e)})"
 
 
 def build_shape_program(g: Graph) -> ShapeProgram:
@@ -46,12 +60,13 @@ def build_shape_program(g: Graph) -> ShapeProgram:
     lines = ["def shape_program(shapes):", "    v = {}"]
     bound: set[str] = set()
     computed: set[str] = set()
+    local = _Locals()
 
     def bind(sym: str, src: str) -> None:
         root = c.find(sym)
         for name in (sym, root):
             if name not in bound:
-                lines.append(f"    {name} = {src}")
+                lines.append(f"    {local(name)} = {src}")
                 bound.add(name)
 
     # 1. Symbols bound by input dims. A dim seen again must agree (checked below).
@@ -61,15 +76,15 @@ def build_shape_program(g: Graph) -> ShapeProgram:
                 bind(d.as_symbol(), f"shapes[{pos}][{axis}]")
     # Symbols defined by expressions of bound ones (product equalities oriented at import).
     for name, expr in c.definitions.items():
-        code = _py(expr, bound)
+        code = _py(expr, bound, local)
         if code and name not in bound:
-            lines.append(f"    {name} = {code}")
+            lines.append(f"    {local(name)} = {code}")
             bound.add(name)
     # 2. Index nodes, in program order; a node computing a fresh symbol binds it.
     for n in g.nodes:
         if not isinstance(n.type, IndexType):
             continue
-        code = _index_code(n, bound)
+        code = _index_code(n, bound, local)
         if code is None:
             continue
         lines.append(f"    v[{n.name!r}] = {code}")
@@ -80,7 +95,7 @@ def build_shape_program(g: Graph) -> ShapeProgram:
             bind(sym, f"v[{n.name!r}]")
     # 3. Runtime checks whose symbols are bound here.
     for i, chk in enumerate(c.checks):
-        lhs, rhs = _py(chk.lhs, bound), _py(chk.rhs, bound)
+        lhs, rhs = _py(chk.lhs, bound, local), _py(chk.rhs, bound, local)
         if lhs is None or rhs is None:
             continue
         cond = {"==": f"{lhs} == {rhs}", "!=": f"{lhs} != {rhs}", ">=": f"{lhs} >= {rhs}", "%": f"{rhs} != 0 and {lhs} % {rhs} == 0"}[chk.op]
@@ -90,7 +105,7 @@ def build_shape_program(g: Graph) -> ShapeProgram:
 
     def _fail(i: int, env: Mapping[str, Any]) -> None:
         chk = c.checks[i]
-        values = {s: env.get(s) for s in sorted(chk.lhs.symbols() | chk.rhs.symbols())}
+        values = {s: env.get(local(s)) for s in sorted(chk.lhs.symbols() | chk.rhs.symbols())}
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
         raise ShapeError(f"shape check failed: {chk.lhs} {chk.op} {chk.rhs} ({chk.reason}) with {shown}")
 
@@ -99,13 +114,13 @@ def build_shape_program(g: Graph) -> ShapeProgram:
     return ShapeProgram(source, scope["shape_program"], frozenset(computed))
 
 
-def _index_code(n: Node, bound: set[str]) -> str | None:
+def _index_code(n: Node, bound: set[str], local: _Locals) -> str | None:
     ops = {"iadd": "+", "isub": "-", "imul": "*"}
     names = [f"v[{i.name!r}]" for i in n.inputs]
     if n.op == "index_const":
         return str(n.attrs["value"])
     if n.op == "dim":
-        return _py(as_expr(n.inputs[0].shape[n.attrs["axis"]]), bound) if isinstance(n.inputs[0].shape[n.attrs["axis"]], SymExpr) else str(n.inputs[0].shape[n.attrs["axis"]])
+        return _py(as_expr(n.inputs[0].shape[n.attrs["axis"]]), bound, local) if isinstance(n.inputs[0].shape[n.attrs["axis"]], SymExpr) else str(n.inputs[0].shape[n.attrs["axis"]])
     if not all(isinstance(i.type, IndexType) for i in n.inputs):
         return None
     if n.op == "ifloordiv":  # 0 for a zero divisor: the divisor's check then reports it

@@ -9,6 +9,9 @@ import re
 from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, FloorDiv, SymExpr, as_expr
 
+# Members of the generated Shapes struct that are not dims (program.py declares them).
+RESERVED_FIELDS = frozenset({"fault"})
+
 
 class SymbolNames:
     """C identifiers for the root symbols a program uses (``s.<name>``)."""
@@ -21,7 +24,7 @@ class SymbolNames:
         root = self.c.find(sym)
         if root not in self.fields:
             ident = re.sub(r"\W", "_", root)
-            if ident in self.fields.values() or not ident[:1].isalpha():
+            if ident in self.fields.values() or not ident[:1].isalpha() or ident in RESERVED_FIELDS:
                 ident = f"d{len(self.fields)}_{ident}"
             self.fields[root] = ident
         return self.fields[root]
