@@ -40,6 +40,9 @@ class Suite:
 SUITES = {
     "cpu": Suite("cpu", ("bert-small", "bert-base", "gpt2-decode", "resnet18", "detector")),
     "gpu": Suite("gpu", ("bert-small", "bert-base", "gpt2-decode", "resnet18", "detector"), device="cuda", dtypes=("float32", "bfloat16")),
+    # bf16 on the CPU: the generated kernels keep 16-bit buffers, the RAL's GEMMs run on oneDNN's
+    # bf16 matmul (AMX or AVX512_BF16 where the CPU has them); eager and inductor alongside.
+    "cpu-bf16": Suite("cpu-bf16", ("bert-small", "gpt2-decode"), dtypes=("bfloat16",), machine="none"),
     "smoke": Suite("smoke", ("bert-tiny-smoke",), machine="quick"),
 }
 

@@ -39,12 +39,13 @@ _REMAPS = ("reshape", "transpose")
 # the dims it expands (GQA's repeated K/V heads become a batch dim the GEMM reads again).
 _VIEWS = (*_REMAPS, "slice", "broadcast_in_dim")
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1}
-# Both backends' kernels load and store 16-bit floats, computing in f32 between. The CPU's
-# library calls (oneDNN through the RAL) are f32: its 16-bit GEMMs and convolutions are refused
-# and run in PyTorch between compiled segments (oneDNN there too, with AMX or AVX512_BF16 where
-# the CPU has them); torch's GPU GEMMs and convolutions take 16-bit operands.
+# Both backends' kernels load and store 16-bit floats, computing in f32 between. The CPU's RAL
+# runs 16-bit GEMMs (oneDNN's matmul: AMX or AVX512_BF16 where the CPU has them) but f32
+# convolutions only: a 16-bit convolution is refused and runs in PyTorch between compiled
+# segments. torch's GPU GEMMs and convolutions take 16-bit operands.
 KERNEL_DTYPES = frozenset({"f16", "bf16", "f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
 GPU_LIBRARY_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
+CPU_LIBRARY_DTYPES = {"dot_general": frozenset({"f16", "bf16", "f32"})}  # other library ops: f32
 
 
 class Unsupported(Exception):
@@ -328,7 +329,7 @@ class _Lowering:
         self.g = g
         self.conv_epilogues = conv_epilogues
         self.data_dependent = data_dependent
-        self.library_dtypes = GPU_LIBRARY_DTYPES if gpu else frozenset({"f32"})
+        self.gpu = gpu
         self.c = g.constraints
         self.users = g.users()
         self.outputs = set(g.outputs)
@@ -352,13 +353,16 @@ class _Lowering:
                 refused[n] = f"%{n.name}: nonzero's result size is known only once it has run; PyTorch runs it between compiled segments"
             elif n.dtype not in KERNEL_DTYPES:
                 refused[n] = f"%{n.name}: dtype {n.dtype} has no kernels yet"
-            elif kernel_kind(n.op, n.type) == "library" and n.dtype not in self.library_dtypes:
-                refused[n] = f"%{n.name}: {n.op} in {n.dtype}; the library path takes {', '.join(sorted(self.library_dtypes))}"
+            elif kernel_kind(n.op, n.type) == "library" and n.dtype not in self._library_dtypes(n.op):
+                refused[n] = f"%{n.name}: {n.op} in {n.dtype}; the library path takes {', '.join(sorted(self._library_dtypes(n.op)))}"
         if refused:
             raise Unsupported(next(iter(refused.values())), list(refused))
         for o in self.g.outputs:
             if isinstance(o.type, IndexType):
                 raise Unsupported(f"output %{o.name} is a shape scalar")
+
+    def _library_dtypes(self, op: str) -> frozenset[str]:
+        return GPU_LIBRARY_DTYPES if self.gpu else CPU_LIBRARY_DTYPES.get(op, frozenset({"f32"}))
 
     # -- views ------------------------------------------------------------------
     def _fold_views(self) -> dict[Node, View]:

@@ -675,3 +675,30 @@ def test_a_program_packs_its_linear_weights_and_frees_them_with_itself():
     gc.collect()
     # Its two copies go with it (and so would an earlier test's stale copy at one of those addresses).
     assert with_program - ral.cache_entries()["packed_gemm_bytes"] >= (48 * 160 * 2) * 4
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("ha", ["n", "t", "gap", "row0", "col0"])
+@pytest.mark.parametrize("hb", ["n", "t", "gap", "col0"])
+def test_16_bit_gemm_accumulates_in_f32_and_rounds_once(ral, dtype, ha, hb):
+    # oneDNN's matmul where it describes the strides, a plain loop elsewhere (a stride 0 along a
+    # longer dim) and without oneDNN: both accumulate the exact products in f32 and round the
+    # result once, which the same products in float64 rounded to the dtype bound.
+    a, b = _operand(37, 300, ha).to(dtype), _operand(300, 45, hb).to(dtype)
+    exact = ref_mm(a.float(), b.float())
+    got = ral.gemm(a, b)
+    assert got.dtype == dtype
+    step = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    assert rel_err(got, exact) <= 2 * step
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_16_bit_gemm_batches_and_degenerate_extents(ral, dtype):
+    for m, n, k in [(0, 3, 4), (1, 1, 1), (1, 7, 0), (5, 1, 9), (1, 33, 64)]:
+        a, b = torch.randn(3, m, k).to(dtype), torch.randn(3, k, n).to(dtype)
+        got = ral.gemm(a, b)
+        assert got.shape == (3, m, n) and rel_err(got, ref_mm(a.float(), b.float())) <= 2**-7
+    q, kt = torch.randn(2, 4, 9, 16).to(dtype), torch.randn(2, 4, 16, 9).to(dtype).transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert rel_err(ral.gemm(q, kt), ref_mm(q.float(), kt.float())) <= 2**-7
+    with pytest.raises(RuntimeError, match="alpha = 1 and beta = 0"):
+        ral.gemm(q, kt, alpha=2.0)

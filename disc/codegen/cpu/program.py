@@ -78,6 +78,9 @@ class NativeSource:
         return bool(self.counts)
 
 
+GEMM_DTYPES = {"bf16": "DISC_GEMM_BF16", "f16": "DISC_GEMM_F16"}  # disc_gemm_args.dtype of 16-bit GEMMs
+
+
 class _ProgramEmitter:
     def __init__(self, lp: LoweredProgram) -> None:
         self.lp = lp
@@ -339,7 +342,9 @@ class _ProgramEmitter:
         lines.append(f"    g.c = {self._ptr(out.base)}; g.c_rs = {c_rs}; g.alpha = 1.0f; g.beta = 0.0f;")
         # A weight read from its first element: the RAL may keep it packed, freed with the
         # program, which holds the buffers by their base addresses.
-        if self.lp.location[rhs.base][0] == "const" and self.c.normalize(rhs.offset) == SymExpr.const(0):
+        if n.dtype in GEMM_DTYPES:  # 16-bit operands and result, accumulated in f32 by the RAL
+            lines.append(f"    g.dtype = {GEMM_DTYPES[n.dtype]};")
+        elif self.lp.location[rhs.base][0] == "const" and self.c.normalize(rhs.offset) == SymExpr.const(0):
             lines.append("    g.b_is_constant = 1;")
         lines.append("    if (ral->gemm(ctx, &g)) return 1;")
         lines.append("  }")

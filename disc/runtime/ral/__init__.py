@@ -24,7 +24,7 @@ import torch
 from disc.codegen.cpu import toolchain
 from disc.errors import CompileError, RuntimeFailure
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 MAX_BATCH_DIMS = 6
 RAL_DIR = Path(__file__).resolve().parent
 
@@ -51,8 +51,12 @@ class GemmArgs(ctypes.Structure):
         ("b", _ptr), ("b_rs", _i64), ("b_cs", _i64), ("b_bs", _dims),
         ("c", _ptr), ("c_rs", _i64), ("c_bs", _dims),
         ("alpha", ctypes.c_float), ("beta", ctypes.c_float),
-        ("b_is_constant", _i32),
+        ("b_is_constant", _i32), ("dtype", _i32),
     ]  # fmt: skip
+
+
+# disc_gemm_args.dtype of each element type a GEMM takes (DISC_GEMM_* in ral.h).
+GEMM_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 class Conv2dArgs(ctypes.Structure):
@@ -137,8 +141,11 @@ def gemm_args(
     The args hold raw pointers: keep the tensors alive while they are used. ``b_is_constant``
     promises that ``b`` never changes while it lives (the RAL may keep a repacked copy of it).
     """
-    _floats(a, "a")
-    _floats(b, "b")
+    if a.dtype not in GEMM_DTYPES or a.device.type != "cpu":
+        raise TypeError(f"a must be a float32, bfloat16 or float16 CPU tensor, got {a.dtype} on {a.device}")
+    for t, name in ((b, "b"), (out, "out")):
+        if t is not None and (t.dtype != a.dtype or t.device.type != "cpu"):
+            raise TypeError(f"{name} must be a {a.dtype} CPU tensor like a, got {t.dtype} on {t.device}")
     if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"gemm: incompatible shapes {tuple(a.shape)} @ {tuple(b.shape)}")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -151,15 +158,14 @@ def gemm_args(
     if out is None:
         if beta != 0.0:
             raise ValueError("gemm: beta != 0 needs an `out` tensor to accumulate into")
-        out = torch.empty(*batch, m, n)
+        out = torch.empty(*batch, m, n, dtype=a.dtype)
     else:
-        _floats(out, "out")
         if tuple(out.shape) != (*batch, m, n):
             raise ValueError(f"gemm: out has shape {tuple(out.shape)}, expected {(*batch, m, n)}")
         if n > 1 and out.stride(-1) != 1:
             raise ValueError("gemm: out must have unit stride along its last dim")
     nb = len(batch)
-    args = GemmArgs(m=m, n=n, k=k, batch_rank=nb, alpha=alpha, beta=beta, b_is_constant=int(b_is_constant))
+    args = GemmArgs(m=m, n=n, k=k, batch_rank=nb, alpha=alpha, beta=beta, b_is_constant=int(b_is_constant), dtype=GEMM_DTYPES[a.dtype])
     args.batch_shape[:nb] = batch
     args.a, args.a_rs, args.a_cs = a.data_ptr() or None, a.stride(-2), a.stride(-1)
     args.b, args.b_rs, args.b_cs = b.data_ptr() or None, b.stride(-2), b.stride(-1)

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define DISC_RAL_ABI_VERSION 4
+#define DISC_RAL_ABI_VERSION 5
 #define DISC_MAX_BATCH_DIMS 6
 
 /* Per-call state. The host allocates it (ctypes) and reads `error` after a
@@ -27,6 +27,12 @@ typedef struct disc_ral_ctx {
   int32_t failed;    /* set by `error` */
   char error[1020];  /* NUL-terminated message of the first error */
 } disc_ral_ctx;
+
+/* Element types of a GEMM (A, B and C all of one). 16-bit products accumulate in f32 and C is
+ * rounded once, to nearest even; they take alpha = 1, beta = 0 and no packed copy of B. */
+#define DISC_GEMM_F32 0
+#define DISC_GEMM_BF16 1
+#define DISC_GEMM_F16 2
 
 /* C[batch][m, n] = alpha * A[batch][m, k] @ B[batch][k, n] + beta * C[batch]
  * Element (i, p) of A is at a + i*a_rs + p*a_cs + sum_d(bi_d * a_bs[d]);
@@ -38,14 +44,15 @@ typedef struct disc_gemm_args {
   int64_t m, n, k;
   int32_t batch_rank;                    /* 0..DISC_MAX_BATCH_DIMS */
   int64_t batch_shape[DISC_MAX_BATCH_DIMS];
-  const float* a;
+  const void* a;
   int64_t a_rs, a_cs, a_bs[DISC_MAX_BATCH_DIMS];
-  const float* b;
+  const void* b;
   int64_t b_rs, b_cs, b_bs[DISC_MAX_BATCH_DIMS];
-  float* c;
+  void* c;
   int64_t c_rs, c_bs[DISC_MAX_BATCH_DIMS];
   float alpha, beta;
   int32_t b_is_constant;
+  int32_t dtype; /* DISC_GEMM_F32, DISC_GEMM_BF16 or DISC_GEMM_F16 */
 } disc_gemm_args;
 
 /* 2-D convolution, NCHW input/output (contiguous; NHWC when `channels_last`),

@@ -381,13 +381,17 @@ struct BatchDims {
   }
 };
 
+int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x);  // below, beside the other oneDNN calls
+
 int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
   if (args == nullptr) return fail(ctx, "gemm: null args");
   const disc_gemm_args& x = *args;
   if (x.m < 0 || x.n < 0 || x.k < 0)
     return fail(ctx, "gemm: negative extent (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k);
   if (x.batch_rank < 0 || x.batch_rank > DISC_MAX_BATCH_DIMS) return fail(ctx, "gemm: batch_rank %d out of range", x.batch_rank);
-  Gemm2D g{x.m, x.n, x.k, x.alpha, x.beta, x.a, x.a_rs, x.a_cs, x.b, x.b_rs, x.b_cs, x.c, x.c_rs, x.b_is_constant != 0};
+  if (x.dtype != DISC_GEMM_F32) return gemm_16bit(ctx, x);
+  Gemm2D g{x.m,   x.n,    x.k,    x.alpha, x.beta, static_cast<const float*>(x.a), x.a_rs, x.a_cs, static_cast<const float*>(x.b),
+           x.b_rs, x.b_cs, static_cast<float*>(x.c), x.c_rs, x.b_is_constant != 0};
   BatchDims bd;
   for (int d = 0; d < x.batch_rank; ++d) {
     if (x.batch_shape[d] < 0) return fail(ctx, "gemm: negative batch extent %lld", (long long)x.batch_shape[d]);
@@ -1408,6 +1412,142 @@ int32_t dnnl_conv2d_grad(disc_ral_ctx* ctx, const disc_conv2d_args& x, ConvGrad 
   return 0;
 }
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// 16-bit GEMMs (bf16, f16): oneDNN's matmul on the operands as stored, f32 accumulation and one
+// rounding of C (its AMX or AVX512_BF16 kernels where the CPU has them), one 2-D problem per
+// batch index. Strides oneDNN cannot describe (0 along a dim of extent > 1) and builds without
+// oneDNN take a plain loop with the same arithmetic.
+
+float widen16(uint16_t h, int32_t dtype) {
+  if (dtype == DISC_GEMM_BF16) {
+    const uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const uint32_t em = uint32_t(h & 0x7FFF) << 13, e = em & 0x0F800000u;
+  float sub;
+  const uint32_t biased = em + (113u << 23);
+  std::memcpy(&sub, &biased, 4);
+  sub -= 6.103515625e-05f;
+  uint32_t sub_bits;
+  std::memcpy(&sub_bits, &sub, 4);
+  uint32_t bits = e == 0x0F800000u ? em + (224u << 23) : (e == 0 ? sub_bits : em + (112u << 23));
+  bits |= uint32_t(h & 0x8000) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t narrow16(float f, int32_t dtype) {  // to nearest even, as the generated kernels round
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if (dtype == DISC_GEMM_BF16) return f != f ? uint16_t((x >> 16) | 0x40) : uint16_t((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+  const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7FFFFFFFu;
+  const uint32_t normal = (a - (112u << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13;
+  float magnitude;
+  std::memcpy(&magnitude, &a, 4);
+  const float aligned = magnitude + 0.5f;
+  uint32_t aligned_bits;
+  std::memcpy(&aligned_bits, &aligned, 4);
+  const uint32_t big = a > 0x7F800000u ? 0x7E00u : 0x7C00u;
+  return uint16_t((a >= 0x47800000u ? big : (a < 0x38800000u ? aligned_bits - 0x3F000000u : normal)) | sign);
+}
+
+void gemm_16bit_loop(const disc_gemm_args& x, const uint16_t* a, const uint16_t* b, uint16_t* c) {
+#pragma omp parallel for schedule(static) if (x.m * x.n * x.k >= 32768)
+  for (int64_t i = 0; i < x.m; ++i)
+    for (int64_t j = 0; j < x.n; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < x.k; ++p) acc += widen16(a[i * x.a_rs + p * x.a_cs], x.dtype) * widen16(b[p * x.b_rs + j * x.b_cs], x.dtype);
+      c[i * x.c_rs + j] = narrow16(acc, x.dtype);
+    }
+}
+
+#ifdef DISC_HAVE_DNNL
+// An operand's strides as oneDNN takes them: a dim of extent 1 gets the stride a contiguous
+// layout would give it (its own is never used, and may be 0). False: a stride 0 along a longer
+// dim (a broadcast row or column), which oneDNN's memory descriptors do not describe.
+bool plain_strides(int64_t rows, int64_t cols, int64_t& rs, int64_t& cs) {
+  if (rows == 1) rs = cols * std::max<int64_t>(cs, 1);
+  if (cols == 1) cs = 1;
+  return rs > 0 && cs > 0;
+}
+
+struct Matmul16Plan {
+  dnnl::matmul prim;
+  size_t scratch = 0;
+  memory::desc a, b, c;
+};
+constexpr int kMatmul16KeyLen = 9;
+using Matmul16Key = std::array<int64_t, kMatmul16KeyLen>;
+
+SharedCache<Matmul16Key, Matmul16Plan, ArrayHash<kMatmul16KeyLen>>& matmul16_cache() {
+  static auto* cache = new SharedCache<Matmul16Key, Matmul16Plan, ArrayHash<kMatmul16KeyLen>>(kMaxMatmulPlans);  // never destroyed
+  return *cache;
+}
+
+std::shared_ptr<const Matmul16Plan> matmul16_plan(const disc_gemm_args& x, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int64_t crs) {
+  const Matmul16Key key{x.m, x.n, x.k, ars, acs, brs, bcs, crs, x.dtype};
+  if (auto plan = matmul16_cache().find(key)) return plan;
+  const auto dt = x.dtype == DISC_GEMM_BF16 ? memory::data_type::bf16 : memory::data_type::f16;
+  auto plan = std::make_shared<Matmul16Plan>();
+  plan->a = memory::desc({x.m, x.k}, dt, memory::dims{ars, acs});
+  plan->b = memory::desc({x.k, x.n}, dt, memory::dims{brs, bcs});
+  plan->c = memory::desc({x.m, x.n}, dt, memory::dims{crs, 1});
+  dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, plan->b, plan->c, user_scratchpad());
+  plan->prim = dnnl::matmul(pd);
+  plan->scratch = pd.scratchpad_desc().get_size();
+  return matmul16_cache().insert(key, plan);
+}
+#endif
+
+int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x) {
+  if (x.dtype != DISC_GEMM_BF16 && x.dtype != DISC_GEMM_F16) return fail(ctx, "gemm: unknown element type %d", x.dtype);
+  if (x.alpha != 1.0f || x.beta != 0.0f) return fail(ctx, "gemm: 16-bit GEMMs take alpha = 1 and beta = 0");
+  BatchDims bd;
+  for (int d = 0; d < x.batch_rank; ++d) {
+    if (x.batch_shape[d] < 0) return fail(ctx, "gemm: negative batch extent %lld", (long long)x.batch_shape[d]);
+    if (x.batch_shape[d] == 0) return 0;
+    if (x.batch_shape[d] == 1) continue;
+    bd.shape[bd.rank] = x.batch_shape[d], bd.as[bd.rank] = x.a_bs[d], bd.bs[bd.rank] = x.b_bs[d], bd.cs[bd.rank] = x.c_bs[d];
+    bd.count *= x.batch_shape[d];
+    ++bd.rank;
+  }
+  if (x.m == 0 || x.n == 0) return 0;
+  if (x.c == nullptr || (x.k > 0 && (x.a == nullptr || x.b == nullptr))) return fail(ctx, "gemm: null operand");
+  const auto* a = static_cast<const uint16_t*>(x.a);
+  const auto* b = static_cast<const uint16_t*>(x.b);
+  auto* c = static_cast<uint16_t*>(x.c);
+#ifdef DISC_HAVE_DNNL
+  int64_t ars = x.a_rs, acs = x.a_cs, brs = x.b_rs, bcs = x.b_cs, crs = x.m == 1 ? x.n : x.c_rs;
+  if (x.k > 0 && plain_strides(x.m, x.k, ars, acs) && plain_strides(x.k, x.n, brs, bcs) && crs >= x.n) {
+    std::shared_ptr<const Matmul16Plan> plan = matmul16_plan(x, ars, acs, brs, bcs, crs);
+    Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
+    if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
+    dnnl::stream s(cpu_engine());
+    dnnl::engine& eng = cpu_engine();
+    for (int64_t bi = 0; bi < bd.count; ++bi) {
+      int64_t oa, ob, oc;
+      bd.offsets(bi, &oa, &ob, &oc);
+      run(plan->prim, s,
+          {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<uint16_t*>(a + oa))},
+           {DNNL_ARG_WEIGHTS, memory(plan->b, eng, const_cast<uint16_t*>(b + ob))},
+           {DNNL_ARG_DST, memory(plan->c, eng, c + oc)}},
+          plan->scratch, scratch.ptr);
+    }
+    s.wait();
+    return 0;
+  }
+#endif
+  for (int64_t bi = 0; bi < bd.count; ++bi) {
+    int64_t oa, ob, oc;
+    bd.offsets(bi, &oa, &ob, &oc);
+    gemm_16bit_loop(x, a + oa, b + ob, c + oc);
+  }
+  return 0;
+}
 
 int32_t ral_conv2d_impl(disc_ral_ctx* ctx, const disc_conv2d_args* args) {
   if (args == nullptr) return fail(ctx, "conv2d: null args");
