@@ -1479,6 +1479,7 @@ struct Matmul16Plan {
   dnnl::matmul prim;
   size_t scratch = 0;
   memory::desc a, b, c;
+  bool usable = false;  // oneDNN has a matmul for this type on this CPU (else the plain loop runs)
 };
 constexpr int kMatmul16KeyLen = 9;
 using Matmul16Key = std::array<int64_t, kMatmul16KeyLen>;
@@ -1496,9 +1497,13 @@ std::shared_ptr<const Matmul16Plan> matmul16_plan(const disc_gemm_args& x, int64
   plan->a = memory::desc({x.m, x.k}, dt, memory::dims{ars, acs});
   plan->b = memory::desc({x.k, x.n}, dt, memory::dims{brs, bcs});
   plan->c = memory::desc({x.m, x.n}, dt, memory::dims{crs, 1});
-  dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, plan->b, plan->c, user_scratchpad());
-  plan->prim = dnnl::matmul(pd);
-  plan->scratch = pd.scratchpad_desc().get_size();
+  try {
+    dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, plan->b, plan->c, user_scratchpad());
+    plan->prim = dnnl::matmul(pd);
+    plan->scratch = pd.scratchpad_desc().get_size();
+    plan->usable = true;
+  } catch (const dnnl::error&) {  // no 16-bit matmul in this oneDNN build or on this CPU
+  }
   return matmul16_cache().insert(key, plan);
 }
 #endif
@@ -1522,8 +1527,9 @@ int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x) {
   auto* c = static_cast<uint16_t*>(x.c);
 #ifdef DISC_HAVE_DNNL
   int64_t ars = x.a_rs, acs = x.a_cs, brs = x.b_rs, bcs = x.b_cs, crs = x.m == 1 ? x.n : x.c_rs;
-  if (x.k > 0 && plain_strides(x.m, x.k, ars, acs) && plain_strides(x.k, x.n, brs, bcs) && crs >= x.n) {
-    std::shared_ptr<const Matmul16Plan> plan = matmul16_plan(x, ars, acs, brs, bcs, crs);
+  std::shared_ptr<const Matmul16Plan> plan;
+  if (x.k > 0 && plain_strides(x.m, x.k, ars, acs) && plain_strides(x.k, x.n, brs, bcs) && crs >= x.n) plan = matmul16_plan(x, ars, acs, brs, bcs, crs);
+  if (plan && plan->usable) {
     Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
     if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
     dnnl::stream s(cpu_engine());
