@@ -230,6 +230,7 @@ def compile(
         )
     start = time.perf_counter()
     ranges, facts = _split_constraints(constraints)
+    _check_the_example_meets_them(model, tuple(example_inputs), dict(dynamic or {}), ranges, facts)
     key, cached = None, "off"
     if program_cache.enabled(cache):
         try:
@@ -300,7 +301,7 @@ def _split_constraints(constraints: Constraints | None) -> tuple[dict[str, tuple
             if unknown:
                 raise CompileError(f"constraint for {name!r}: unknown key(s) {sorted(unknown)}; use min, max, multiple_of")
             ranges[name] = (spec.get("min"), spec.get("max"))
-            if spec.get("multiple_of"):
+            if spec.get("multiple_of") is not None:
                 facts.append((name, int(spec["multiple_of"])))
         return ranges, facts
     for text in constraints:
@@ -309,6 +310,50 @@ def _split_constraints(constraints: Constraints | None) -> tuple[dict[str, tuple
             raise CompileError(f"constraint {text!r}: expected 'lhs == rhs'")
         facts.append((parse_expr(lhs), parse_expr(rhs)))
     return ranges, facts
+
+
+def _check_the_example_meets_them(model: torch.nn.Module, args: tuple, dynamic: Mapping[str, Mapping[int, str]], ranges: Mapping[str, Any], facts: list[Any]) -> None:
+    """Refuse, before anything is traced, dims and constraints the example inputs contradict: the
+    program would reject every input, its own example included."""
+    from disc.frontends.torch.export import input_names_of
+
+    names = input_names_of(model, args)
+    seen: dict[str, tuple[str, int, int]] = {}  # dim name -> (input, axis, example size) where first named
+    for name, t in zip(names, args):
+        if not isinstance(t, torch.Tensor):
+            continue
+        for axis, dim in dynamic.get(name, {}).items():
+            if not isinstance(axis, int) or not -t.dim() <= axis < t.dim():
+                continue  # capture names the bad axis
+            size = t.shape[axis]
+            first = seen.setdefault(dim, (name, axis % t.dim(), size))
+            if first[2] != size:
+                raise CompileError(
+                    f"dim name {dim!r} is given to input {first[0]!r} dim {first[1]} (size {first[2]} in the example) and to input "
+                    f"{name!r} dim {axis % t.dim()} (size {size}): one name is one size; name them apart"
+                )
+    sizes = {dim: size for dim, (_, _, size) in seen.items()}
+
+    def where(dim: str) -> str:
+        name, axis, size = seen[dim]
+        return f"the example input {name!r} has {dim} = {size} (dim {axis})"
+
+    for dim, (lo, hi) in ranges.items():
+        if lo is not None and hi is not None and lo > hi:
+            raise CompileError(f"constraint on {dim!r}: min {lo} is greater than max {hi}; no size satisfies both")
+        if dim in sizes and ((lo is not None and sizes[dim] < lo) or (hi is not None and sizes[dim] > hi)):
+            raise CompileError(f"constraint on {dim!r}: min {lo}, max {hi}, but {where(dim)}")
+    for lhs, rhs in facts:
+        if isinstance(lhs, str):  # (dim, multiple_of)
+            if rhs < 1:
+                raise CompileError(f"constraint on {lhs!r}: multiple_of must be at least 1, got {rhs}")
+            if lhs in sizes and sizes[lhs] % rhs:
+                raise CompileError(f"constraint on {lhs!r}: multiple_of {rhs}, but {where(lhs)}")
+            continue
+        symbols = lhs.symbols() | rhs.symbols()
+        if symbols <= set(sizes) and lhs.evaluate(sizes) != rhs.evaluate(sizes):
+            values = ", ".join(f"{d} = {sizes[d]}" for d in sorted(symbols))
+            raise CompileError(f"constraint {lhs} == {rhs} does not hold for the example inputs ({values})")
 
 
 def _apply_user_facts(g: Graph, facts: list[Any], ranges: Mapping[str, Any]) -> None:

@@ -34,3 +34,34 @@ def test_a_named_dynamic_dim_runs_at_other_sizes():
     for rows in (1, 5):
         x = torch.randn(rows, 3)
         torch.testing.assert_close(cm(x), x * 2.0)
+
+
+class _Pair(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0
+
+
+@pytest.mark.parametrize(
+    "dynamic, constraints, message",
+    [
+        ({"x": {1: "seq"}}, {"seq": {"min": 10, "max": 4}}, "min 10 is greater than max 4"),
+        ({"x": {1: "seq"}}, {"seq": {"max": 4}}, "example input 'x' has seq = 8 \\(dim 1\\)"),
+        ({"x": {1: "seq"}}, {"seq": {"min": 9}}, "example input 'x' has seq = 8"),
+        ({"x": {1: "seq"}}, {"seq": {"multiple_of": 3}}, "multiple_of 3, but the example input 'x' has seq = 8"),
+        ({"x": {1: "seq"}}, {"seq": {"multiple_of": 0}}, "multiple_of must be at least 1"),
+        ({"x": {0: "batch", 1: "batch"}}, None, "dim name 'batch' is given to input 'x' dim 0 \\(size 2 in the example\\) and to input 'x' dim 1 \\(size 8\\)"),
+        ({"x": {0: "b", 1: "seq"}}, ["seq == 2*b + 1"], "does not hold for the example inputs \\(b = 2, seq = 8\\)"),
+    ],
+    ids=["min-above-max", "max-below-example", "min-above-example", "multiple-of", "multiple-of-zero", "one-name-two-sizes", "expression"],
+)
+def test_constraints_the_example_contradicts_fail_at_compile_time(dynamic, constraints, message):
+    # Each used to compile a program that rejected every input, its own example included.
+    with pytest.raises(disc.CompileError, match=message):
+        disc.compile(_Pair(), (torch.randn(2, 8),), dynamic=dynamic, constraints=constraints)
+
+
+def test_constraints_the_example_meets_still_compile():
+    cm = disc.compile(_Pair(), (torch.randn(2, 8),), dynamic={"x": {0: "b", 1: "seq"}}, constraints={"seq": {"min": 2, "max": 16, "multiple_of": 4}})
+    assert cm(torch.randn(3, 12)).shape == (3, 12)
+    cm = disc.compile(_Pair(), (torch.randn(2, 8),), dynamic={"x": {0: "b", 1: "seq"}}, constraints=["seq == 4*b"])
+    assert cm(torch.randn(3, 12)).shape == (3, 12)
