@@ -47,8 +47,14 @@ class InputChecker:
                     dims.append((axis, d, None, None, None))
                     continue
                 sym = d.as_symbol() if isinstance(d, SymExpr) else None
-                if sym is not None:
-                    root = c.find(sym)
+                root = c.find(sym) if sym is not None else None
+                # A dim that is an expression of other dims (a user's `seq == 2*half` defines seq)
+                # is checked against it once the others are seen, with their values in the message.
+                definition = c.definitions.get(root) if root is not None else (d if isinstance(d, SymExpr) else None)
+                if definition is not None and definition.as_symbol() is None:
+                    expr = definition.substitute({x: SymExpr.symbol(c.find(x)) for x in definition.symbols()})
+                    dims.append((axis, None, None, f"{sym} = {definition}" if sym else str(definition), expr))
+                elif root is not None:
                     dims.append((axis, None, root, sym, c.facts.get(root)))
             self.plan.append((name, DTYPES[ty.dtype], ty.rank, ty, dims))
         self.dtypes = [dtype for _, dtype, _, _, _ in self.plan]
@@ -72,6 +78,7 @@ class InputChecker:
 
     def _check(self, tensors: Sequence[object]) -> None:
         seen: dict[object, tuple[int, str, int]] = {}  # root symbol -> (value, input, axis)
+        derived: list[tuple[str, int, int, str, SymExpr]] = []  # dims that are expressions: checked once every symbol is seen
         for (name, dtype, rank, ty, dims), t in zip(self.plan, tensors):
             if not isinstance(t, torch.Tensor):
                 raise InputError(f"input {name!r} must be a tensor, got {type(t).__name__}")
@@ -88,6 +95,9 @@ class InputChecker:
                     if size != static:
                         raise ShapeError(f"input {name!r} dim {axis} is {size} but must be {static} (a static dim of the compiled program)")
                     continue
+                if root is None:
+                    derived.append((name, axis, size, sym, facts))
+                    continue
                 got = seen.get(root)
                 if got is not None:
                     if got[0] != size:
@@ -101,4 +111,10 @@ class InputChecker:
                     raise ShapeError(f"input {name!r} dim {axis} is {size} but {sym} must be in [{facts.lo}, {hi}]")
                 if facts.divisor > 1 and size % facts.divisor:
                     raise ShapeError(f"input {name!r} dim {axis} is {size} but {sym} must be a multiple of {facts.divisor}")
-
+        for name, axis, size, text, expr in derived:
+            if not expr.symbols() <= set(seen):
+                continue  # a symbol no input dim binds: the program's own check reports it
+            want = expr.evaluate({sym: value for sym, (value, _, _) in seen.items()})
+            if size != want:
+                known = ", ".join(f"{sym} = {seen[sym][0]} from input {seen[sym][1]!r} dim {seen[sym][2]}" for sym in sorted(expr.symbols()))
+                raise ShapeError(f"input {name!r} dim {axis} is {size} but must equal {text} = {want} ({known})")

@@ -79,3 +79,16 @@ def test_outputs_carry_no_graph_whether_or_not_an_input_requires_grad(add_rows):
             out = add_rows(*inputs)
             assert not out.requires_grad and out.grad_fn is None
             torch.testing.assert_close(out, a.detach() + b)
+
+
+class SumsOfTwo(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.sum(-1) + y.sum(-1)
+
+
+def test_an_expression_constraint_names_the_inputs_and_the_values():
+    # It said `shape check failed: input 0 dim 1 must equal 2*half`: no input name, no values.
+    cm = disc.compile(SumsOfTwo(), (torch.randn(2, 8), torch.randn(2, 4)), dynamic={"x": {0: "b", 1: "seq"}, "y": {0: "b", 1: "half"}}, constraints=["seq == 2*half"])
+    with pytest.raises(disc.ShapeError, match=r"input 'x' dim 1 is 7 but must equal seq = 2\*half = 8 \(half = 4 from input 'y' dim 1\)"):
+        cm(torch.randn(2, 7), torch.randn(2, 4))
+    assert cm(torch.randn(3, 10), torch.randn(3, 5)).shape == (3,)
