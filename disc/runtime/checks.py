@@ -67,7 +67,7 @@ class InputChecker:
         if shapes in self.passed:
             on_cpu = self.device == "cpu"  # t.is_cpu costs a seventh of building t.device
             for dtype, t in zip(self.dtypes, tensors):
-                if not isinstance(t, torch.Tensor) or t.dtype != dtype or (not t.is_cpu if on_cpu else _elsewhere(t, self.device)):
+                if not isinstance(t, torch.Tensor) or t.dtype != dtype or (not t.is_cpu if on_cpu else _elsewhere(t, self.device)) or t.layout is not torch.strided:
                     break  # the full check below names what is wrong
             else:
                 return
@@ -82,6 +82,8 @@ class InputChecker:
         for (name, dtype, rank, ty, dims), t in zip(self.plan, tensors):
             if not isinstance(t, torch.Tensor):
                 raise InputError(f"input {name!r} must be a tensor, got {type(t).__name__}")
+            if t.layout != torch.strided:
+                raise InputError(f"input {name!r} is a {str(t.layout).removeprefix('torch.')} tensor; disc takes dense tensors (pass {name}.to_dense())")
             if t.dtype != dtype:
                 raise InputError(f"input {name!r} has dtype {t.dtype}, compiled for {dtype}")
             if t.dim() != rank:

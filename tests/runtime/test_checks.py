@@ -92,3 +92,11 @@ def test_an_expression_constraint_names_the_inputs_and_the_values():
     with pytest.raises(disc.ShapeError, match=r"input 'x' dim 1 is 7 but must equal seq = 2\*half = 8 \(half = 4 from input 'y' dim 1\)"):
         cm(torch.randn(2, 7), torch.randn(2, 4))
     assert cm(torch.randn(3, 10), torch.randn(3, 5)).shape == (3,)
+
+
+def test_a_sparse_input_is_an_input_error(add_rows):
+    x = torch.randn(4, 3)
+    add_rows(x, x)  # its shape is now remembered as valid: the fast path must still refuse a sparse tensor
+    for sparse in (x.to_sparse(), x.to_sparse_csr()):
+        with pytest.raises(disc.InputError, match=r"input 'x' is a sparse_(coo|csr) tensor; disc takes dense tensors \(pass x.to_dense\(\)\)"):
+            add_rows(sparse, x)
