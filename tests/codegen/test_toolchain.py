@@ -275,3 +275,25 @@ def test_prelude_can_be_turned_off(monkeypatch):
     seen = record_commands(monkeypatch)
     assert answer(toolchain.build(PRELUDE_SOURCE % 11, "answer").path) == 11
     assert "-include" not in seen[-1][0]
+
+
+def test_files_of_abandoned_builds_are_swept(cache, monkeypatch):
+    # A process killed mid-build left its temporary library and split units in the cache forever.
+    import os
+    import time
+
+    entry = cache / "0123abcd"
+    entry.mkdir(parents=True)
+    old = [entry / ".program.k3j2.so.tmp", entry / ".program.k3j2.unit0.cc", entry / ".program.k3j2.unit0.o", entry / ".prelude.x1.gch.tmp"]
+    fresh = entry / ".program.zz9.so.tmp"  # a build in progress in another process
+    kept = entry / "program.so"
+    for path in [*old, fresh, kept]:
+        path.write_bytes(b"x")
+    hour_ago = time.time() - toolchain.STALE_SECONDS - 60
+    for path in [*old, kept]:
+        os.utime(path, (hour_ago, hour_ago))
+    monkeypatch.setattr(toolchain, "_swept", set())
+    toolchain.build(SOURCE % 3, "answer")
+    assert not any(p.exists() for p in old)
+    assert fresh.exists() and kept.exists()
+    assert toolchain.sweep_stale_files(cache) == 0  # once per process and cache

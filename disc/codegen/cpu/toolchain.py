@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -371,6 +372,40 @@ def host_digest() -> str:
     return hashlib.sha256(_host_identity().encode()).hexdigest()
 
 
+# A build's temporary files (the library before its atomic rename, split units and their objects,
+# a precompiled header in progress) left by a process killed mid-build. A build in progress
+# touches its files within seconds; one this old was abandoned.
+STALE_SECONDS = 3600
+_STALE_PATTERNS = (".*.so.tmp", ".*.unit*.cc", ".*.unit*.o", ".prelude.*.gch.tmp")
+_swept: set[Path] = set()
+_sweep_lock = threading.Lock()
+
+
+def sweep_stale_files(root: Path, older_than: float = STALE_SECONDS) -> int:
+    """Delete abandoned build files under ``root``'s entries, once per process and root; returns how many."""
+    with _sweep_lock:
+        if root in _swept:
+            return 0
+        _swept.add(root)
+    removed, now = 0, time.time()
+    try:
+        entries = [e for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+    except OSError:  # no cache yet
+        return 0
+    for entry in entries:
+        for pattern in _STALE_PATTERNS:
+            for path in Path(entry.path).glob(pattern):
+                try:
+                    if now - path.stat().st_mtime > older_than:
+                        path.unlink()
+                        removed += 1
+                except OSError:  # gone already, or not ours to delete
+                    continue
+    if removed:
+        logger.info("disc: removed %d files of abandoned builds under %s", removed, root)
+    return removed
+
+
 def build(
     source: str,
     name: str,
@@ -388,6 +423,7 @@ def build(
     CompileError with the compiler's stderr and the saved source's path on failure.
     """
     compiler, incs, key = _resolve(source, flags, libs, include_dirs)
+    sweep_stale_files(cache_dir())
     stem = _safe_name(name)
     entry = cache_dir() / key[:32]
     so, sidecar, src = entry / f"{stem}.so", entry / f"{stem}.so.json", entry / f"{stem}.cc"
