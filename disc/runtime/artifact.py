@@ -46,7 +46,7 @@ from disc.ir.parser import parse_graph
 from disc.ir.printer import print_graph
 from disc.ir.types import DTYPES, dtype_of_torch
 
-FORMAT = "disc-artifact/1"
+FORMAT = "disc-artifact/2"  # 2: constants.bin in the IR's order, checked on load
 ALIGN = 64
 logger = logging.getLogger("disc")
 
@@ -76,7 +76,7 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
     try:
         ir = print_graph(graph).encode()
         (tmp / "program.disc").write_bytes(ir)
-        held = {k: v for k, v in graph.constants.items() if k not in external}
+        held = {k: graph.constants[k] for k in constant_order(graph) if k not in external}
         constants, blob_digest, blob_bytes = _write_constants(tmp / "constants.bin", held)
         manifest: dict[str, Any] = {
             "format": FORMAT,
@@ -135,6 +135,7 @@ def load(folder: str | os.PathLike, *, backend: str | None = None, external: Map
     start = time.perf_counter()
     folder = Path(folder)
     manifest = _read_manifest(folder)
+    _check_manifest(folder, manifest)
     files = manifest["files"]
     # The parameters are the bulk of the bytes: they are read and hashed while the IR is parsed
     # and lowered against placeholders of their shapes (lowering reads no parameter values).
@@ -150,6 +151,7 @@ def load(folder: str | os.PathLike, *, backend: str | None = None, external: Map
     with ThreadPoolExecutor(max_workers=1) as pool:
         constants = pool.submit(_constants, folder / "constants.bin", manifest)
         graph = parse_graph(_checked_bytes(folder / "program.disc", files["program.disc"]).decode(), constants=placeholders)
+        _check_against_ir(folder, manifest, graph)
         if chosen in ("native", "auto") and "native" in manifest:
             native = _native_build(folder, manifest, graph)
         graph.constants.update(constants.result())
@@ -306,6 +308,90 @@ def _read_manifest(folder: Path) -> dict:
     if manifest.get("format") != FORMAT:
         raise ArtifactError(f"saved program {folder}: format {manifest.get('format')!r}, this disc reads {FORMAT!r}")
     return manifest
+
+
+def constant_order(graph: Any) -> list[str]:
+    """The graph's constants in the order its IR first refers to them: the order constants.bin
+    holds them in, so the table in manifest.json is checked against the IR, not trusted."""
+    order = dict.fromkeys(n.constant_ref for n in graph.nodes if n.constant_ref is not None)
+    return [*order, *(k for k in graph.constants if k not in order)]
+
+
+def _packed_offsets(entries: list[dict]) -> list[int]:
+    """Where ``_write_constants`` puts each entry, in order."""
+    offsets, at = [], 0
+    for c in entries:
+        at += -at % ALIGN
+        offsets.append(at)
+        at += c["bytes"]
+    return offsets
+
+
+def _bad(folder: Path, what: str) -> ArtifactError:
+    return ArtifactError(f"saved program {folder}: manifest.json {what}")
+
+
+def _check_manifest(folder: Path, manifest: dict) -> None:
+    """manifest.json against its schema and the files beside it, before anything is read by it.
+
+    Nothing in it is trusted: each field has its type, each listed file its size on disk (an
+    edited size must not make disc allocate it), and the constants table must be exactly the
+    packed layout of its own entries (an edited offset or size is refused)."""
+
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            raise _bad(folder, what)
+
+    need(isinstance(manifest.get("name"), str), "has no program name")
+    names = manifest.get("input_names")
+    need(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names), "input_names must be distinct strings")
+    need(isinstance(manifest.get("out_spec"), str) and isinstance(manifest.get("backend"), str), "out_spec and backend must be strings")
+    files = manifest.get("files")
+    need(isinstance(files, dict) and "program.disc" in files and "constants.bin" in files, "files must list program.disc and constants.bin")
+    for fname, meta in files.items():
+        need(fname in ("program.disc", "constants.bin", "program.so", "ral.so", "program.cc"), f"lists an unknown file {fname!r}")
+        ok = isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and meta["bytes"] >= 0
+        need(ok and isinstance(meta.get("sha256"), str) and len(meta["sha256"]) == 64, f"entry for {fname} needs bytes and a sha256")
+        path = folder / fname
+        if path.exists() and path.stat().st_size != meta["bytes"]:
+            raise ArtifactError(f"{_damaged(path)}: {path.stat().st_size} bytes, the manifest says {meta['bytes']}")
+    entries = manifest.get("constants")
+    need(isinstance(entries, list), "constants must be a list")
+    external = manifest.get("external", [])
+    need(isinstance(external, list), "external must be a list")
+    seen: set[str] = set()
+    for c in [*entries, *external]:
+        need(isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"] not in seen, f"constant entry {c!r} needs a distinct name")
+        seen.add(c["name"])
+        need(c.get("dtype") in DTYPES, f"constant {c['name']!r} has unknown dtype {c.get('dtype')!r}")
+        shape = c.get("shape")
+        need(isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape), f"constant {c['name']!r} has a bad shape {shape!r}")
+    for c in entries:
+        numel = 1
+        for d in c["shape"]:
+            numel *= d
+        need(c.get("bytes") == numel * DTYPES[c["dtype"]].itemsize, f"constant {c['name']!r}: bytes {c.get('bytes')!r} is not its shape's")
+    offsets = _packed_offsets(entries)
+    for c, at in zip(entries, offsets):
+        need(c.get("offset") == at, f"constant {c['name']!r}: offset {c.get('offset')!r} is not where constants.bin holds it ({at})")
+    end = offsets[-1] + entries[-1]["bytes"] if entries else 0
+    need(end == files["constants.bin"]["bytes"], f"constants end at byte {end}; constants.bin has {files['constants.bin']['bytes']}")
+
+
+def _check_against_ir(folder: Path, manifest: dict, graph: Any) -> None:
+    """The manifest's constants and inputs are the IR's: same names in the IR's order, dtypes and shapes."""
+    held = [c["name"] for c in manifest["constants"]]
+    external = {c["name"] for c in manifest.get("external", [])}
+    order = [k for k in constant_order(graph) if k not in external]
+    if held != order:
+        raise _bad(folder, f"lists constants {held[:8]} where the IR's order is {order[:8]}")
+    types = {n.constant_ref: n.tensor_type for n in graph.nodes if n.constant_ref is not None}
+    for c in [*manifest["constants"], *manifest.get("external", [])]:
+        ty = types.get(c["name"])
+        if ty is not None and (ty.dtype != c["dtype"] or list(ty.shape) != c["shape"]):
+            raise _bad(folder, f"says constant {c['name']!r} is {c['dtype']}{c['shape']}; the IR has {ty}")
+    if len(manifest["input_names"]) != len(graph.inputs):
+        raise _bad(folder, f"names {len(manifest['input_names'])} inputs; the IR has {len(graph.inputs)}")
 
 
 def _write_constants(path: Path, constants: dict[str, torch.Tensor]) -> tuple[list[dict], str, int]:

@@ -254,3 +254,37 @@ def test_a_profiling_build_loads_as_saved(tmp_path, monkeypatch):
     assert loaded.executor.native.build.path == folder / "program.so"
     _check(model, loaded)
     assert sum(step["ns"] for step in loaded.executor.step_profile()) > 0
+
+
+def _swap_same_shaped_names(m: dict) -> None:
+    entries = m["constants"]
+    i, j = next((i, j) for i in range(len(entries)) for j in range(i + 1, len(entries)) if entries[i]["shape"] == entries[j]["shape"])
+    entries[i]["name"], entries[j]["name"] = entries[j]["name"], entries[i]["name"]
+
+
+MANIFEST_EDITS = {
+    # each used to load and answer wrong, or fail with a raw KeyError / AttributeError, or allocate the size it said
+    "offset": (lambda m: m["constants"][1].update(offset=m["constants"][1]["offset"] + 4), "offset .* is not where constants.bin holds it"),
+    "swapped-names": (_swap_same_shaped_names, "where the IR's order is"),
+    "shorter-input-names": (lambda m: m.update(input_names=m["input_names"][:1]), "names 1 inputs; the IR has 2"),
+    "huge-size": (lambda m: m["files"]["constants.bin"].update(bytes=10**13), "constants.bin is damaged"),
+    "constant-bytes": (lambda m: m["constants"][0].update(bytes=m["constants"][0]["bytes"] * 2), "is not its shape's"),
+    "dtype": (lambda m: m["constants"][0].update(dtype="f16"), "is not its shape's|the IR has"),
+    "unknown-dtype": (lambda m: m["constants"][0].update(dtype="f99"), "unknown dtype 'f99'"),
+    "no-constants": (lambda m: m.pop("constants"), "constants must be a list"),
+    "input-names-type": (lambda m: m.update(input_names="x"), "input_names must be distinct strings"),
+    "files-type": (lambda m: m.update(files=[]), "files must list program.disc and constants.bin"),
+    "unknown-file": (lambda m: m["files"].update({"../../etc/passwd": {"bytes": 0, "sha256": "0" * 64}}), "lists an unknown file"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(MANIFEST_EDITS))
+def test_an_edited_manifest_is_refused_by_name(saved, tmp_path, edit):
+    _, folder = saved
+    other = _copy(folder, tmp_path / "other")
+    manifest = json.loads((other / "manifest.json").read_text())
+    change, message = MANIFEST_EDITS[edit]
+    change(manifest)
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=message):
+        disc.load(other)
