@@ -297,3 +297,16 @@ def test_files_of_abandoned_builds_are_swept(cache, monkeypatch):
     assert not any(p.exists() for p in old)
     assert fresh.exists() and kept.exists()
     assert toolchain.sweep_stale_files(cache) == 0  # once per process and cache
+
+
+def test_a_cache_others_can_write_is_refused(cache, monkeypatch):
+    # A world-writable cache served a planted library to another user's process.
+    import os
+
+    cache.mkdir(parents=True)
+    monkeypatch.setattr(toolchain, "_private", set())
+    os.chmod(cache, 0o777)
+    with pytest.raises(CompileError, match="writable by every user: a library planted there"):
+        toolchain.build(SOURCE % 4, "answer")
+    os.chmod(cache, 0o775)  # group-writable (a user-private group's umask) is fine
+    assert answer(toolchain.build(SOURCE % 4, "answer").path) == 4

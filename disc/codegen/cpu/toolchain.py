@@ -96,9 +96,31 @@ def find_compiler() -> str:
 
 
 def cache_dir() -> Path:
-    """``$DISC_CACHE_DIR``, else ``~/.cache/disc``."""
+    """``$DISC_CACHE_DIR``, else ``~/.cache/disc``; refused if another user could plant files in it."""
     env = os.environ.get("DISC_CACHE_DIR", "").strip()
-    return Path(env) if env else Path.home() / ".cache" / "disc"
+    root = Path(env) if env else Path.home() / ".cache" / "disc"
+    _check_private(root)
+    return root
+
+
+_private: set[Path] = set()
+
+
+def _check_private(root: Path) -> None:
+    """A cache holds shared libraries this process loads: a directory owned by another user, or
+    writable by everyone, could serve a planted library whose constructors run at load (checked
+    once per directory per process). Group-writable is allowed: with a user-private group (umask
+    002) that is every directory the user makes."""
+    if root in _private or not root.exists():
+        return
+    st = root.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o002:
+        who = f"owned by uid {st.st_uid}" if st.st_uid != os.getuid() else "writable by every user"
+        raise CompileError(
+            f"disc's cache {root} is {who}: a library planted there would run in this process. "
+            "Set DISC_CACHE_DIR to a directory only you can write (or fix its owner and mode)."
+        )
+    _private.add(root)
 
 
 def dnnl_root() -> Path | None:
