@@ -228,13 +228,23 @@ def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:
     saved_source = _checked_bytes(folder / "program.cc", manifest["files"]["program.cc"]).decode()
     options = build_options(manifest["native"]["profile"])
     library = folder / "program.so"
-    if source.text == saved_source and _built_for_here(source.text, options, manifest["native"]) and _matches(library, manifest["files"]["program.so"]):
+    fits = source.text == saved_source and _built_for_here(source.text, options, manifest["native"])
+    if fits and _matches(library, manifest["files"]["program.so"]):
         result = BuildResult(library, folder / "program.cc", True, manifest["native"]["key"])
     else:
         # Another disc version generates other code from the same IR, or another compiler or
-        # CPU built the library (or it is damaged): the IR is what counts.
-        logger.info("disc.load: the saved library of %s does not fit this disc, compiler or CPU; building it here", folder)
-        result = build(source.text, f"disc_{graph.name}", **options)
+        # CPU built the library: the IR is what counts. A library that should fit but differs
+        # from its digest is damaged (or replaced): that is said, and it is never loaded.
+        if fits:
+            logger.warning("disc.load: %s differs from its size or SHA-256 in manifest.json (damaged or replaced); building it again from the IR", library)
+        else:
+            logger.info("disc.load: the saved library of %s does not fit this disc, compiler or CPU; building it here", folder)
+        try:
+            result = build(source.text, f"disc_{graph.name}", **options)
+        except CompileError as e:
+            if fits:
+                raise ArtifactError(f"{_damaged(library)}, and it cannot be built again here: {e}") from e
+            raise
     return NativeBuild(lowered, source, result, time.perf_counter() - start, manifest["native"]["profile"])
 
 
@@ -353,7 +363,9 @@ def _check_manifest(folder: Path, manifest: dict) -> None:
         ok = isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and meta["bytes"] >= 0
         need(ok and isinstance(meta.get("sha256"), str) and len(meta["sha256"]) == 64, f"entry for {fname} needs bytes and a sha256")
         path = folder / fname
-        if path.exists() and path.stat().st_size != meta["bytes"]:
+        # The files read into memory are sized first; the libraries are checked by digest where
+        # used (a damaged one is built again from the IR).
+        if fname in ("program.disc", "constants.bin") and path.exists() and path.stat().st_size != meta["bytes"]:
             raise ArtifactError(f"{_damaged(path)}: {path.stat().st_size} bytes, the manifest says {meta['bytes']}")
     entries = manifest.get("constants")
     need(isinstance(entries, list), "constants must be a list")

@@ -128,14 +128,16 @@ def test_a_library_built_elsewhere_is_rebuilt_here(saved, tmp_path):
     _check(model, loaded)
 
 
-def test_a_damaged_library_is_rebuilt_not_loaded(saved, tmp_path):
+def test_a_damaged_library_is_rebuilt_not_loaded(saved, tmp_path, caplog):
     model, folder = saved
     other = _copy(folder, tmp_path / "other")
     lib = bytearray((other / "program.so").read_bytes())
     lib[len(lib) // 2] ^= 0xFF
     (other / "program.so").write_bytes(bytes(lib))
-    loaded = disc.load(other)
+    with caplog.at_level("WARNING", logger="disc"):
+        loaded = disc.load(other)
     assert loaded.report.backend.native.build.path.parent != other
+    assert "program.so differs from its size or SHA-256 in manifest.json" in caplog.text  # said, not silent
     _check(model, loaded)
 
 
