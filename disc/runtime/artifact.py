@@ -42,7 +42,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from disc.errors import CompileError, DiscError
-from disc.ir.parser import parse_graph
+from disc.ir.parser import IRParseError, parse_graph
 from disc.ir.printer import print_graph
 from disc.ir.types import DTYPES, dtype_of_torch
 
@@ -129,11 +129,22 @@ def load(folder: str | os.PathLike, *, backend: str | None = None, external: Map
     (a native CPU program reuses its saved library where it is valid here).
     ``external``: the constants saved as external, by the owner's names (``save``).
     """
+    start = time.perf_counter()
+    folder = Path(folder)
+    try:
+        return _load(folder, start, backend, external)
+    except (DiscError, IRParseError):
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+        # Every field is checked in _check_manifest; this net turns a check that was missed into an error that
+        # names the folder rather than a raw exception from deep inside.
+        raise ArtifactError(f"saved program {folder} cannot be read: {type(e).__name__}: {e}") from e
+
+
+def _load(folder: Path, start: float, backend: str | None, external: Mapping[str, torch.Tensor] | None) -> Any:
     from disc.api import CompiledModule, CompileReport, record_report
     from disc.runtime.backend import BackendChoice, make_executor
 
-    start = time.perf_counter()
-    folder = Path(folder)
     manifest = _read_manifest(folder)
     _check_manifest(folder, manifest)
     files = manifest["files"]
@@ -375,9 +386,22 @@ def _check_manifest(folder: Path, manifest: dict) -> None:
     for c in [*entries, *external]:
         need(isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"] not in seen, f"constant entry {c!r} needs a distinct name")
         seen.add(c["name"])
-        need(c.get("dtype") in DTYPES, f"constant {c['name']!r} has unknown dtype {c.get('dtype')!r}")
+        need(isinstance(c.get("dtype"), str) and c["dtype"] in DTYPES, f"constant {c['name']!r} has unknown dtype {c.get('dtype')!r}")
         shape = c.get("shape")
         need(isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape), f"constant {c['name']!r} has a bad shape {shape!r}")
+    for c in external:
+        need(isinstance(c.get("owner_name"), str), f"external constant {c['name']!r} needs its owner's name")
+    native = manifest.get("native")
+    if native is not None:
+        ok = isinstance(native, dict) and isinstance(native.get("key"), str) and isinstance(native.get("host"), str)
+        need(ok and isinstance(native.get("profile"), bool), "native must hold the build's key, host and profile flag")
+        need(all(f in files for f in ("program.so", "ral.so", "program.cc")), "native needs program.so, ral.so and program.cc in files")
+    for field, kind in (("capture", dict), ("fallbacks", dict), ("fallback_counts", dict)):
+        need(field not in manifest or isinstance(manifest[field], kind), f"{field} must be a {kind.__name__}")
+    counts = manifest.get("fallback_counts", {})
+    need(all(isinstance(v, int) for v in counts.values()), "fallback_counts must count with integers")
+    capture = manifest.get("capture", {})
+    need(isinstance(capture.get("hints", {}), dict), "capture.hints must be an object")
     for c in entries:
         numel = 1
         for d in c["shape"]:
