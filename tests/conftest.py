@@ -63,6 +63,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     report = session.config.pluginmanager.get_plugin("terminalreporter")
     text = (done.stdout + done.stderr).strip()
     if report is not None:
+        report.ensure_newline()
         report.write_sep("-", "Triton kernels compiled for a GPU target (disc/runtime/triton_target.py)")
         report.write_line(text[-20000:])
     if done.returncode != 0:
