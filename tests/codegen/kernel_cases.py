@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -381,3 +383,19 @@ HALF_CASES = {
     "attention_with_gemms": (Attention, lambda b, t: (torch.randn(b, t, 32),), {"x": _BXS}),
     "rotate_half_and_pad": (PartsOfAProducer, lambda b, t: (torch.randn(b, 2 * t), torch.randn(b, 2 * t)), {"x": _BXS, "y": _BXS}),
 }
+
+
+def half_case(case: str, dtype: torch.dtype) -> tuple[nn.Module, Callable[[int, int], tuple], dict]:
+    """A HALF_CASES model in ``dtype``, its inputs at (batch, length) in ``dtype``, its dynamic dims."""
+    model_type, inputs, dynamic = HALF_CASES[case]
+    return model_type().to(dtype).eval(), lambda b, t: tuple(x.to(dtype) for x in inputs(b, t)), dynamic
+
+
+HALF_POINTS = [(1, 1), (2, 5), (3, 33)]
+
+
+class Scale(nn.Module):
+    # One op: a GPU contracts x * a + b into one fused multiply-add (one rounding where eager has
+    # two), which would make a single f32 result differ before the 16-bit rounding under test.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 1.7

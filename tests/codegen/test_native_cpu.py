@@ -15,6 +15,7 @@ import torch
 from kernel_cases import (
     CONV_GRADIENTS,
     HALF_CASES,
+    HALF_POINTS,
     HALF_TOLERANCE,
     MAYBE_BROADCAST,
     MIXED_KEEPDIM_SUMS,
@@ -34,7 +35,9 @@ from kernel_cases import (
     RepeatedRows,
     ReshapeByWidth,
     RowSum,
+    Scale,
     check_against_eager,
+    half_case,
 )
 from torch import nn
 
@@ -502,21 +505,14 @@ def test_pow_by_a_constant_exponent_is_written_as_products():
 def test_16_bit_floats_against_eager_in_the_same_dtype(case, dtype):
     # Kernels keep 16-bit buffers and compute in float, rounding to nearest even once per store;
     # the RAL's 16-bit GEMMs accumulate in float and round once: one whole native program.
-    model_type, inputs, dynamic = HALF_CASES[case]
-    m = model_type().to(dtype).eval()
-    half = lambda *xs: tuple(x.to(dtype) for x in xs)  # noqa: E731
-    cm = _compile(m, half(*inputs(2, 5)), dynamic)
-    for b, t in [(1, 1), (2, 5), (3, 33)]:
-        args = half(*inputs(b, t))
+    m, inputs, dynamic = half_case(case, dtype)
+    cm = _compile(m, inputs(2, 5), dynamic)
+    for b, t in HALF_POINTS:
+        args = inputs(b, t)
         got = cm(*args)
         got = got if isinstance(got, tuple) else (got,)
         assert all(g.dtype == dtype for g in got if g.is_floating_point())
         _check(cm, m, args, tol=HALF_TOLERANCE[dtype])
-
-
-class Scale(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 1.7
 
 
 def test_16_bit_stores_round_to_nearest_even():

@@ -20,6 +20,7 @@ from kernel_cases import (
     CONV1D_GRADIENTS,
     CONV_GRADIENTS,
     HALF_CASES,
+    HALF_POINTS,
     HALF_TOLERANCE,
     MAYBE_BROADCAST,
     MIXED_KEEPDIM_SUMS,
@@ -41,10 +42,12 @@ from kernel_cases import (
     RepeatedRows,
     ReshapeByWidth,
     RowSum,
+    Scale,
     StatisticsThroughUnitDims,
     check_against_eager,
     check_floor_div,
     floor_div_edge_cases,
+    half_case,
     op_graph,
     special_f32,
     ties_and_nans,
@@ -626,28 +629,16 @@ def test_pointers_span_their_masks(model, shapes, dynamic):
 @pytest.mark.parametrize("case", sorted(HALF_CASES))
 def test_16_bit_floats_against_eager_in_the_same_dtype(case, dtype):
     # Loaded, computed in f32 inside the kernel, rounded once when stored.
-    model_type, inputs, dynamic = HALF_CASES[case]
-    m = model_type().to(dtype)
-
-    def half(*xs: torch.Tensor) -> tuple:
-        return tuple(x.to(dtype) for x in xs)
-
-    cm = _compile(m, half(*inputs(2, 5)), dynamic)
+    m, inputs, dynamic = half_case(case, dtype)
+    cm = _compile(m, inputs(2, 5), dynamic)
     text = cm.executor.build.source.text
     assert ".to(tl.float32)" in text  # 16-bit loads widen; nothing is computed in 16 bits
-    for b, t in [(1, 1), (2, 5), (3, 33)]:
-        args = half(*inputs(b, t))
+    for b, t in HALF_POINTS:
+        args = inputs(b, t)
         got = cm(*_on(*args))
         got = got if isinstance(got, tuple) else (got,)
         assert all(g.dtype == dtype for g in got if g.is_floating_point())
         _check(cm, m, args, tol=HALF_TOLERANCE[dtype])
-
-
-class Scale(nn.Module):
-    # One op: a GPU contracts x * a + b into one fused multiply-add (one rounding where eager has
-    # two), which would make a single f32 result differ before the bf16 rounding under test.
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 1.7
 
 
 def test_bf16_rounds_to_nearest_even():

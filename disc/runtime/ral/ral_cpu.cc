@@ -1419,6 +1419,9 @@ int32_t dnnl_conv2d_grad(disc_ral_ctx* ctx, const disc_conv2d_args& x, ConvGrad 
 // batch index. Strides oneDNN cannot describe (0 along a dim of extent > 1) and builds without
 // oneDNN take a plain loop with the same arithmetic.
 
+// The same conversions as the generated kernels' (disc_from_bf16... in codegen/cpu/ops.py's
+// prelude). Kept apart on purpose: moved into ral.h, GCC 12 stopped vectorising a LayerNorm's
+// f16 store loop (tests/codegen/test_vectorisation.py).
 float widen16(uint16_t h, int32_t dtype) {
   if (dtype == DISC_GEMM_BF16) {
     const uint32_t u = uint32_t(h) << 16;
