@@ -88,7 +88,7 @@ BINARY = {
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",
-    "div": "({0} / {1})",  # floats divide; ints truncate, as the reference op
+    "div": "({0} / {1})",  # floats; integers divide through INT_DIVISION
     "floor_div": "disc_floor_div({0}, {1})",
     "remainder": "disc_remainder({0}, {1})",
     "fmod": "disc_fmod({0}, {1})",
@@ -242,45 +242,7 @@ static inline bool disc_bitnot(bool x) { return !x; }
 // float conversion on a loaded `bool` on AVX2 ("relevant stmt not supported"), and so left BERT
 // training's LayerNorm-backward and masked kernels scalar; on a loaded byte it does.
 static inline bool disc_load_bool(const bool* p) { return *reinterpret_cast<const uint8_t*>(p) != 0; }
-// 16-bit floats are kept as their bits (GCC 12 has no bf16 arithmetic) and computed in float.
-static inline float disc_from_bf16(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t disc_to_bf16(float f) {  // to nearest even; a NaN stays a (quiet) NaN
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return f != f ? uint16_t((u >> 16) | 0x40) : uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-// f16 in integer and float steps with selects, not through _Float16: GCC 12 leaves loops that
-// convert _Float16 scalar even where the CPU converts vectors of them.
-static inline float disc_from_f16(uint16_t h) {
-  const uint32_t em = uint32_t(h & 0x7FFF) << 13;  // exponent and mantissa at float's positions
-  const uint32_t e = em & 0x0F800000u;
-  float sub;  // a subnormal: 2^-14 * (1 + m/1024) - 2^-14
-  const uint32_t biased = em + (113u << 23);
-  std::memcpy(&sub, &biased, 4);
-  sub -= 6.103515625e-05f;
-  uint32_t sub_bits;
-  std::memcpy(&sub_bits, &sub, 4);
-  uint32_t bits = e == 0x0F800000u ? em + (224u << 23) : (e == 0 ? sub_bits : em + (112u << 23));
-  bits |= uint32_t(h & 0x8000) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-static inline uint16_t disc_to_f16(float f) {  // to nearest even; past 65504 to inf; NaN stays NaN
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t a = x & 0x7FFFFFFFu;
-  const uint32_t normal = (a - (112u << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13;
-  float magnitude, aligned;  // below 2^-14: adding 0.5 makes the float adder round it to a multiple of 2^-24
-  std::memcpy(&magnitude, &a, 4);
-  aligned = magnitude + 0.5f;
-  uint32_t aligned_bits;
-  std::memcpy(&aligned_bits, &aligned, 4);
-  const uint32_t sub = aligned_bits - 0x3F000000u;
-  const uint32_t big = a > 0x7F800000u ? 0x7E00u : 0x7C00u;
-  return uint16_t((a >= 0x47800000u ? big : (a < 0x38800000u ? sub : normal)) | sign);
-}
+#include "ral_half.h"  // disc_from_bf16, disc_to_bf16, disc_from_f16, disc_to_f16
 template <class T> static inline T disc_bitnot(T x) { return ~x; }
 template <class T> static inline T disc_sigmoid(T x) { return T(1) / (T(1) + disc_exp(-x)); }
 template <class T> static inline T disc_silu(T x) { return x / (T(1) + disc_exp(-x)); }
@@ -334,25 +296,17 @@ template <class T> static inline T disc_pow(T a, T b) {
 // a - fmod(a, b) is an exact multiple of b, so their quotient is the truncated quotient up to
 // rounding; step down where fmod's sign differs from b's, then round that near-integer.
 template <class T> static inline T disc_floor_div(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) {
-    if (b == 0) return a / b;
-    const T mod = std::fmod(a, b);
-    T div = (a - mod) / b;
-    if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
-    if (div == 0) return std::copysign(T(0), a / b);
-    const T down = std::floor(div);
-    return div - down > T(0.5) ? down + T(1) : down;
-  } else {
-    T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-  }
+  if (b == 0) return a / b;
+  const T mod = std::fmod(a, b);
+  T div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+  if (div == 0) return std::copysign(T(0), a / b);
+  const T down = std::floor(div);
+  return div - down > T(0.5) ? down + T(1) : down;
 }
-template <class T> static inline T disc_remainder(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) { T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-  else { T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-}
-template <class T> static inline T disc_fmod(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) return std::fmod(a, b); else return a % b;
-}
+template <class T> static inline T disc_remainder(T a, T b) { T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+template <class T> static inline T disc_fmod(T a, T b) { return std::fmod(a, b); }
+// Integers divide through these (INT_DIVISION), never the float forms above.
 template <class T> static inline T disc_int_div(T a, T b, int32_t* fault) {
   if (b == 0) { __atomic_store_n(fault, 1, __ATOMIC_RELAXED); return 0; }
   if (b == T(-1)) return T(T(0) - std::make_unsigned_t<T>(a));  // wraps at MIN, where a / -1 traps

@@ -52,6 +52,7 @@ BASE_FLAGS = (
     "-std=c++17",
 )
 RAL_INCLUDE_DIR = Path(__file__).resolve().parents[2] / "runtime" / "ral"
+RAL_HEADERS = ("ral.h", "ral_half.h")
 DNNL_HEADER = Path("/usr/include/oneapi/dnnl/dnnl.h")
 # Compiles faster than this stay silent; slower ones announce themselves and their time.
 SLOW_COMPILE_S = 1.0
@@ -201,7 +202,8 @@ def _host_identity() -> str:
 
 def _cache_key(compiler: str, source: str, flags: Sequence[str], libs: Sequence[str], include_dirs: Sequence[str]) -> str:
     h = hashlib.sha256()
-    header = (RAL_INCLUDE_DIR / "ral.h").read_bytes() if (RAL_INCLUDE_DIR / "ral.h").is_file() else b""
+    # The RAL's headers, which every program and the RAL include, change what they compile to.
+    header = b"".join((RAL_INCLUDE_DIR / h).read_bytes() for h in RAL_HEADERS if (RAL_INCLUDE_DIR / h).is_file())
     parts = [CACHE_FORMAT, source, "\0".join(BASE_FLAGS), "\0".join(flags), "\0".join(libs), "\0".join(include_dirs)]
     parts += [_compiler_identity(compiler), _host_identity()]
     for part in parts:
@@ -445,9 +447,10 @@ def build(
     CompileError with the compiler's stderr and the saved source's path on failure.
     """
     compiler, incs, key = _resolve(source, flags, libs, include_dirs)
-    sweep_stale_files(cache_dir())
+    root = cache_dir()
+    sweep_stale_files(root)
     stem = _safe_name(name)
-    entry = cache_dir() / key[:32]
+    entry = root / key[:32]
     so, sidecar, src = entry / f"{stem}.so", entry / f"{stem}.so.json", entry / f"{stem}.cc"
     if _valid_entry(so, sidecar):
         return BuildResult(so, src, True, key)

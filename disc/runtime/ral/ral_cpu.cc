@@ -12,6 +12,7 @@
 // No C++ exception crosses the C boundary: each entry point catches and reports via `error`.
 
 #include "ral.h"
+#include "ral_half.h"
 
 #include <omp.h>
 
@@ -381,7 +382,7 @@ struct BatchDims {
   }
 };
 
-int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x);  // below, beside the other oneDNN calls
+int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x, BatchDims bd);  // below, beside the other oneDNN calls
 
 int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
   if (args == nullptr) return fail(ctx, "gemm: null args");
@@ -389,9 +390,6 @@ int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
   if (x.m < 0 || x.n < 0 || x.k < 0)
     return fail(ctx, "gemm: negative extent (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k);
   if (x.batch_rank < 0 || x.batch_rank > DISC_MAX_BATCH_DIMS) return fail(ctx, "gemm: batch_rank %d out of range", x.batch_rank);
-  if (x.dtype != DISC_GEMM_F32) return gemm_16bit(ctx, x);
-  Gemm2D g{x.m,   x.n,    x.k,    x.alpha, x.beta, static_cast<const float*>(x.a), x.a_rs, x.a_cs, static_cast<const float*>(x.b),
-           x.b_rs, x.b_cs, static_cast<float*>(x.c), x.c_rs, x.b_is_constant != 0};
   BatchDims bd;
   for (int d = 0; d < x.batch_rank; ++d) {
     if (x.batch_shape[d] < 0) return fail(ctx, "gemm: negative batch extent %lld", (long long)x.batch_shape[d]);
@@ -403,7 +401,10 @@ int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
     bd.cs[bd.rank] = x.c_bs[d];
     ++bd.rank;
   }
-  if (g.m == 0 || g.n == 0) return 0;
+  if (x.m == 0 || x.n == 0) return 0;
+  if (x.dtype != DISC_GEMM_F32) return gemm_16bit(ctx, x, bd);
+  Gemm2D g{x.m,   x.n,    x.k,    x.alpha, x.beta, static_cast<const float*>(x.a), x.a_rs, x.a_cs, static_cast<const float*>(x.b),
+           x.b_rs, x.b_cs, static_cast<float*>(x.c), x.c_rs, x.b_is_constant != 0};
   // A shared (stride-0) B whose A and C batches continue their rows is one taller GEMM
   // ([B, S, K] @ [K, N]): fold such innermost batch dims into m.
   while (bd.rank > 0) {
@@ -1419,44 +1420,9 @@ int32_t dnnl_conv2d_grad(disc_ral_ctx* ctx, const disc_conv2d_args& x, ConvGrad 
 // batch index. Strides oneDNN cannot describe (0 along a dim of extent > 1) and builds without
 // oneDNN take a plain loop with the same arithmetic.
 
-// The same conversions as the generated kernels' (disc_from_bf16... in codegen/cpu/ops.py's
-// prelude). Kept apart on purpose: moved into ral.h, GCC 12 stopped vectorising a LayerNorm's
-// f16 store loop (tests/codegen/test_vectorisation.py).
-float widen16(uint16_t h, int32_t dtype) {
-  if (dtype == DISC_GEMM_BF16) {
-    const uint32_t u = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  const uint32_t em = uint32_t(h & 0x7FFF) << 13, e = em & 0x0F800000u;
-  float sub;
-  const uint32_t biased = em + (113u << 23);
-  std::memcpy(&sub, &biased, 4);
-  sub -= 6.103515625e-05f;
-  uint32_t sub_bits;
-  std::memcpy(&sub_bits, &sub, 4);
-  uint32_t bits = e == 0x0F800000u ? em + (224u << 23) : (e == 0 ? sub_bits : em + (112u << 23));
-  bits |= uint32_t(h & 0x8000) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float widen16(uint16_t h, int32_t dtype) { return dtype == DISC_GEMM_BF16 ? disc_from_bf16(h) : disc_from_f16(h); }
 
-uint16_t narrow16(float f, int32_t dtype) {  // to nearest even, as the generated kernels round
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if (dtype == DISC_GEMM_BF16) return f != f ? uint16_t((x >> 16) | 0x40) : uint16_t((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
-  const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7FFFFFFFu;
-  const uint32_t normal = (a - (112u << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13;
-  float magnitude;
-  std::memcpy(&magnitude, &a, 4);
-  const float aligned = magnitude + 0.5f;
-  uint32_t aligned_bits;
-  std::memcpy(&aligned_bits, &aligned, 4);
-  const uint32_t big = a > 0x7F800000u ? 0x7E00u : 0x7C00u;
-  return uint16_t((a >= 0x47800000u ? big : (a < 0x38800000u ? aligned_bits - 0x3F000000u : normal)) | sign);
-}
+uint16_t narrow16(float f, int32_t dtype) { return dtype == DISC_GEMM_BF16 ? disc_to_bf16(f) : disc_to_f16(f); }  // as the kernels round
 
 void gemm_16bit_loop(const disc_gemm_args& x, const uint16_t* a, const uint16_t* b, uint16_t* c) {
 #pragma omp parallel for schedule(static) if (x.m * x.n * x.k >= 32768)
@@ -1511,19 +1477,11 @@ std::shared_ptr<const Matmul16Plan> matmul16_plan(const disc_gemm_args& x, int64
 }
 #endif
 
-int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x) {
+// `bd`: the batch dims of extent > 1, as ral_gemm_impl collected them (m and n are not 0).
+int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x, BatchDims bd) {
   if (x.dtype != DISC_GEMM_BF16 && x.dtype != DISC_GEMM_F16) return fail(ctx, "gemm: unknown element type %d", x.dtype);
   if (x.alpha != 1.0f || x.beta != 0.0f) return fail(ctx, "gemm: 16-bit GEMMs take alpha = 1 and beta = 0");
-  BatchDims bd;
-  for (int d = 0; d < x.batch_rank; ++d) {
-    if (x.batch_shape[d] < 0) return fail(ctx, "gemm: negative batch extent %lld", (long long)x.batch_shape[d]);
-    if (x.batch_shape[d] == 0) return 0;
-    if (x.batch_shape[d] == 1) continue;
-    bd.shape[bd.rank] = x.batch_shape[d], bd.as[bd.rank] = x.a_bs[d], bd.bs[bd.rank] = x.b_bs[d], bd.cs[bd.rank] = x.c_bs[d];
-    bd.count *= x.batch_shape[d];
-    ++bd.rank;
-  }
-  if (x.m == 0 || x.n == 0) return 0;
+  for (int d = 0; d < bd.rank; ++d) bd.count *= bd.shape[d];
   if (x.c == nullptr || (x.k > 0 && (x.a == nullptr || x.b == nullptr))) return fail(ctx, "gemm: null operand");
   const auto* a = static_cast<const uint16_t*>(x.a);
   const auto* b = static_cast<const uint16_t*>(x.b);
