@@ -669,13 +669,11 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     em.define("j", f"lane % {inner}")
     o_dims = em.dims_of(Idx(out_shape[:axis], None, "o")) if axis else ()
     j_dims = em.dims_of(Idx(out_shape[axis + 1 :], None, "j")) if axis < rank - 1 else ()
-    # A rank-1 scatter has no lane dims: keep its offsets blocks, as the mask is one.
-    lanes = "" if o_dims or j_dims else " + lane * 0"
     em.w(f"for k in range(0, {size}):")
     em.w.depth += 1
     em.push()
     at = Idx(out_shape, (*o_dims, "k", *j_dims))
-    em.w(f"tl.store(out0 + {em.linear_of(at)}{lanes}, {em.value(x, at)}, mask=mask)")
+    em.store("out0", n, em.linear_of(at), em.value(x, at))  # a rank-1 scatter's index is the lanes' one: broadcast
     em.pop()
     em.w.depth -= 1
     em.w(f"for k in range(0, {length}):")
@@ -687,7 +685,9 @@ def _scatter_body(step: KernelStep, dims: DimArgs) -> tuple[_Emitter, str]:
     v = em.value(src, em._operand_idx(src, list(it)))
     row = em.let(f"tl.where({g} < 0, {g} + {size}, {g})", "g")
     target = Idx(out_shape, (*o_dims, row, *j_dims))
-    em.w(f"tl.atomic_add(out0 + {em.linear_of(target)}{lanes}, {v}, mask=mask & ({row} >= 0) & ({row} < {size}))")
+    em.push(em.let(f"mask & ({row} >= 0) & ({row} < {size})", "m"))
+    em.w(f"tl.atomic_add({em.address('out0', em.linear_of(target))}, {v}, mask={em.masks[-1]})")
+    em.pop()
     em.pop()
     em.w.depth -= 1
     return em, f"triton.cdiv({outer} * {inner}, {SCATTER_BLOCK})"
