@@ -32,12 +32,11 @@ import torch
 def numerics_flags() -> tuple:
     """The settings that choose how PyTorch's GPU GEMMs and convolutions round float32 (TF32 or
     not) and reduce 16-bit inputs: the library calls of a program follow them at each call.
-    PyTorch refuses to read a setting set through both its legacy and its new API; such a
-    setting is keyed as unreadable (eager's own calls raise then)."""
+    The legacy ``allow_tf32`` flags are read through the new API's ``fp32_precision``, which
+    reflects them (and never refuses a read); ``get_float32_matmul_precision`` tells "medium" from
+    "high" but refuses a read after both APIs were used, which is keyed as unreadable."""
     cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     reads = (
-        lambda: cuda.allow_tf32,
-        lambda: cudnn.allow_tf32,
         lambda: cuda.fp32_precision,
         lambda: cudnn.conv.fp32_precision,
         torch.get_float32_matmul_precision,
