@@ -1,11 +1,21 @@
 """disc: a dynamic-shape deep-learning compiler. Compile once, run at any shape.
 
-Importing disc registers the torch.compile backend ``"disc"``.
+Importing disc registers the torch.compile backend ``"disc"``. Where PyTorch is not installed,
+the core (``disc.ir``, ``disc.shape``, the toolchain, the standalone runtime's build) still
+imports; the PyTorch API (``disc.compile``, ``disc.load``...) then says what it needs.
 """
 
-from disc.api import CompiledModule, CompileReport, clear_reports, compile, explain, reports
 from disc.errors import CompileError, DiscError, InputError, ShapeError
-from disc.runtime.artifact import ArtifactError, load, save
+
+try:
+    import torch  # noqa: F401  (the PyTorch API below needs it anyway)
+
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+if HAVE_TORCH:
+    from disc.api import CompiledModule, CompileReport, clear_reports, compile, explain, reports
+    from disc.runtime.artifact import ArtifactError, load, save
 
 __version__ = "0.1.0"
 
@@ -35,6 +45,15 @@ def release_memory() -> int:
     return release()
 
 
+def __getattr__(name: str) -> object:
+    if name in __all__:  # only reached without torch
+        raise ImportError(
+            f"disc.{name} needs PyTorch, which is not installed here; to run a saved program without it use "
+            "disc_runtime (Python, numpy only), disc-run or the C API (disc_runtime.h)"
+        )
+    raise AttributeError(f"module 'disc' has no attribute {name!r}")
+
+
 def _register_backend() -> None:
     try:
         from disc.frontends.torch.dynamo import register
@@ -44,4 +63,5 @@ def _register_backend() -> None:
         pass
 
 
-_register_backend()
+if HAVE_TORCH:
+    _register_backend()

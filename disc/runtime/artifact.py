@@ -6,17 +6,21 @@ compilation (no torch.export, no passes, no C++ compiler):
     manifest.json   what the files are, with their sizes and SHA-256 digests
     program.disc    the optimised IR, as text (``print_graph``)
     constants.bin   every parameter, raw little-endian bytes, 64-byte aligned
+    interface.txt   what the program takes and returns, for every host (``runtime/interface.py``)
     program.cc      the generated C++ (native CPU programs)
-    program.so      the library built from it, and the key it was built under
+    program.so      the library built from it
+    ral.so          the RAL and standalone runtime it was built with
 
-Loading parses the IR, lowers it again (a fraction of a second) and checks
-that this gives exactly the saved C++: the library is only used when its
-source, flags, compiler and CPU (``toolchain.build_key``) are the ones it was
-built for, and its bytes match the digest; otherwise it is rebuilt from the
-saved source. Any other mismatch (a truncated or altered file, another
-format) is an error naming the file: nothing is loaded half-way.
-Nothing in ``program.so`` links against torch: the same folder is what a
-standalone runner needs.
+A program is its files: loading checks digests and versions and opens the
+library; it neither lowers the IR again nor generates code (``verify=True``
+does, and refuses a folder whose C++ is not what this disc generates from its
+IR). The library is used where it was built for this CPU and RAL ABI and its
+bytes match the digest; otherwise it is built again from the saved C++. Any
+other mismatch (a truncated or altered file, another format) is an error
+naming the file: nothing is loaded half-way. Nothing in ``program.so`` links
+against torch: the standalone runtime (``disc_runtime.h``, the ``disc_runtime``
+package, ``disc-run``) runs the same folder. A saved program is native code:
+load only programs you trust.
 
 A graph with fallbacks (ops PyTorch runs between compiled segments) is saved
 too: the manifest lists each fallback as its ATen operator and arguments. Its
@@ -29,10 +33,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,8 +51,9 @@ from disc.errors import CompileError, DiscError
 from disc.ir.parser import IRParseError, parse_graph
 from disc.ir.printer import print_graph
 from disc.ir.types import DTYPES, dtype_of_torch
+from disc.runtime.interface import InterfaceError, ProgramInterface, parse_interface
 
-FORMAT = "disc-artifact/2"  # 2: constants.bin in the IR's order, checked on load
+FORMAT = "disc-artifact/3"  # 3: interface.txt; 2: constants.bin in the IR's order, checked on load
 ALIGN = 64
 logger = logging.getLogger("disc")
 
@@ -103,14 +110,22 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
             from disc.codegen.cpu.toolchain import host_digest
 
             library = native.build.path.read_bytes()
-            (tmp / "program.cc").write_text(native.source.text)
+            source_text = native.source_text()
+            (tmp / "program.cc").write_text(source_text)
             (tmp / "program.so").write_bytes(library)
             manifest["files"]["program.so"] = _digest(library)
             ral = compiled.executor.ral.path.read_bytes()  # for machines that cannot build their own
             (tmp / "ral.so").write_bytes(ral)
             manifest["files"]["ral.so"] = _digest(ral)
-            manifest["files"]["program.cc"] = _digest(native.source.text.encode())
+            manifest["files"]["program.cc"] = _digest(source_text.encode())
             manifest["native"] = {"key": native.build.key, "host": host_digest(), "profile": native.profile}
+        needs = _standalone_needs(report, external)
+        if needs:
+            warnings.warn(f"disc.save: {report.name} cannot run without PyTorch (disc_runtime, disc-run, the C API): it needs {'; '.join(needs)}", stacklevel=2)
+        iface = _interface(compiled, constants, manifest["files"], needs)
+        text = iface.to_text().encode()
+        (tmp / "interface.txt").write_bytes(text)
+        manifest["files"]["interface.txt"] = _digest(text)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         if folder.exists():
             if not (folder / "manifest.json").is_file():
@@ -122,26 +137,31 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
     return folder
 
 
-def load(folder: str | os.PathLike, *, backend: str | None = None, external: Mapping[str, torch.Tensor] | None = None) -> Any:
+def load(
+    folder: str | os.PathLike, *, backend: str | None = None, external: Mapping[str, torch.Tensor] | None = None, verify: bool = False
+) -> Any:
     """The ``disc.CompiledModule`` saved in ``folder``, ready to call at any shape.
 
     ``backend`` as for ``disc.compile``; by default the backend it was saved with
     (a native CPU program reuses its saved library where it is valid here).
     ``external``: the constants saved as external, by the owner's names (``save``).
+    ``verify``: lower the IR again and refuse the folder unless that gives its saved C++.
     """
     start = time.perf_counter()
     folder = Path(folder)
     try:
-        return _load(folder, start, backend, external)
+        return _load(folder, start, backend, external, verify)
     except (DiscError, IRParseError):
         raise
+    except InterfaceError as e:
+        raise ArtifactError(f"saved program {folder}: {e}") from e
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
         # Every field is checked in _check_manifest; this net turns a check that was missed into an error that
         # names the folder rather than a raw exception from deep inside.
         raise ArtifactError(f"saved program {folder} cannot be read: {type(e).__name__}: {e}") from e
 
 
-def _load(folder: Path, start: float, backend: str | None, external: Mapping[str, torch.Tensor] | None) -> Any:
+def _load(folder: Path, start: float, backend: str | None, external: Mapping[str, torch.Tensor] | None, verify: bool) -> Any:
     from disc.api import CompiledModule, CompileReport, record_report
     from disc.runtime.backend import BackendChoice, make_executor
 
@@ -164,7 +184,7 @@ def _load(folder: Path, start: float, backend: str | None, external: Mapping[str
         graph = parse_graph(_checked_bytes(folder / "program.disc", files["program.disc"]).decode(), constants=placeholders)
         _check_against_ir(folder, manifest, graph)
         if chosen in ("native", "auto") and "native" in manifest:
-            native = _native_build(folder, manifest, graph)
+            native = _native_build(folder, manifest, graph, verify)
         graph.constants.update(constants.result())
     graph.constants.update(bound)
     if native is not None:
@@ -229,34 +249,115 @@ def _decoded_fallbacks(folder: Path, manifest: dict) -> dict[str, Any]:
         raise ArtifactError(f"saved program {folder}: a fallback in manifest.json cannot be read ({e})") from e
 
 
-def _native_build(folder: Path, manifest: dict, graph: Any) -> Any:
-    """The native program of ``graph``: the saved library where it is valid here, else built again."""
-    from disc.codegen.cpu.toolchain import BuildResult, build
-    from disc.runtime.native import NativeBuild, build_options, native_source
+def _native_build(folder: Path, manifest: dict, graph: Any, verify: bool) -> Any:
+    """The native program saved in ``folder``: its library where it was built for this CPU and RAL,
+    else built again from the saved C++. Reads ``interface.txt`` for how to call it; lowers the
+    IR only under ``verify``."""
+    from disc.codegen.cpu.toolchain import BuildResult, build, host_digest
+    from disc.runtime.native import NativeBuild, NativeSignature, build_options, native_source
+    from disc.runtime.ral import ABI_VERSION
 
     start = time.perf_counter()
-    lowered, source = native_source(graph)
-    saved_source = _checked_bytes(folder / "program.cc", manifest["files"]["program.cc"]).decode()
-    options = build_options(manifest["native"]["profile"])
+    files = manifest["files"]
+    iface = parse_interface(_checked_bytes(folder / "interface.txt", files["interface.txt"]).decode(), str(folder / "interface.txt"))
+    _check_interface(folder, iface, graph)
+    saved_source = _checked_bytes(folder / "program.cc", files["program.cc"]).decode()
+    profile = manifest["native"]["profile"]
+    if verify:
+        lowered, source = native_source(graph)
+        if source.text != saved_source:
+            raise ArtifactError(f"saved program {folder}: program.cc is not the C++ this disc generates from program.disc (saved by another version, or edited)")
     library = folder / "program.so"
-    fits = source.text == saved_source and _built_for_here(source.text, options, manifest["native"])
-    if fits and _matches(library, manifest["files"]["program.so"]):
+    fits = iface.host == host_digest() and iface.abi == ABI_VERSION
+    if fits and _matches(library, files["program.so"]):
         result = BuildResult(library, folder / "program.cc", True, manifest["native"]["key"])
     else:
-        # Another disc version generates other code from the same IR, or another compiler or
-        # CPU built the library: the IR is what counts. A library that should fit but differs
-        # from its digest is damaged (or replaced): that is said, and it is never loaded.
+        # Built for another CPU or RAL: the saved C++ is built here. A library that should fit but
+        # differs from its digest is damaged (or replaced): that is said, and it is never loaded.
         if fits:
-            logger.warning("disc.load: %s differs from its size or SHA-256 in manifest.json (damaged or replaced); building it again from the IR", library)
+            logger.warning("disc.load: %s differs from its size or SHA-256 in manifest.json (damaged or replaced); building it again from program.cc", library)
         else:
-            logger.info("disc.load: the saved library of %s does not fit this disc, compiler or CPU; building it here", folder)
+            logger.info("disc.load: the saved library of %s was built for another CPU or RAL; building it here from program.cc", folder)
         try:
-            result = build(source.text, f"disc_{graph.name}", **options)
+            result = build(saved_source, f"disc_{graph.name}", **build_options(profile))
         except CompileError as e:
             if fits:
                 raise ArtifactError(f"{_damaged(library)}, and it cannot be built again here: {e}") from e
-            raise
-    return NativeBuild(lowered, source, result, time.perf_counter() - start, manifest["native"]["profile"])
+            raise ArtifactError(f"saved program {folder}: program.so was built for another CPU or RAL, and it cannot be built here: {e}") from e
+    signature = NativeSignature.of_interface(iface)
+    if verify:
+        return NativeBuild(result, time.perf_counter() - start, profile, signature, graph, lowered, source)
+    return NativeBuild(result, time.perf_counter() - start, profile, signature, graph)
+
+
+def _check_interface(folder: Path, iface: ProgramInterface, graph: Any) -> None:
+    """interface.txt describes the IR beside it: its inputs' and outputs' dtypes and ranks."""
+    got = [(t.dtype, t.rank) for t in iface.inputs]
+    want = [(n.tensor_type.dtype, n.tensor_type.rank) for n in graph.inputs]
+    if got != want:
+        raise ArtifactError(f"saved program {folder}: interface.txt gives inputs {got}; program.disc has {want}")
+    got = [(o.spec.dtype, o.spec.rank) for o in iface.outputs]
+    want = [(n.tensor_type.dtype, n.tensor_type.rank) for n in graph.outputs]
+    if got != want:
+        raise ArtifactError(f"saved program {folder}: interface.txt gives outputs {got}; program.disc has {want}")
+
+
+def _standalone_needs(report: Any, external: Mapping[str, str]) -> list[str]:
+    """Why the program cannot run without PyTorch, in words (none: it can)."""
+    backend = report.backend.name if report.backend is not None else "reference"
+    needs = []
+    if report.fallbacks:
+        needs.append(f"PyTorch for the ops it runs between compiled segments: {', '.join(sorted(report.fallbacks))}")
+    elif backend.startswith("triton"):
+        needs.append("a GPU: its kernels are Triton's")
+    elif report.backend is None or report.backend.native is None:
+        needs.append(f"PyTorch: it runs on the {backend} executor, not a native program")
+    if external:
+        needs.append("the model's parameters: it is a program-cache entry")
+    return needs
+
+
+def _interface(compiled: Any, constants: list[dict], files: dict, needs: list[str]) -> ProgramInterface:
+    """``interface.txt`` of ``compiled`` (``runtime/interface.py``): everything a host needs to call it."""
+    from disc.codegen.cpu.toolchain import host_digest
+    from disc.runtime.interface import Constant, Output, Symbol, TensorSpec, dim_text
+    from disc.runtime.ral import ABI_VERSION
+
+    report = compiled.report
+    graph = report.graph
+    iface = ProgramInterface(name=report.name, abi=ABI_VERSION, host=host_digest(), needs=needs)
+    iface.files = {f: (files[f]["bytes"], files[f]["sha256"]) for f in ("program.so", "constants.bin") if f in files}
+    c = graph.constraints
+    symbols: dict[str, Symbol] = {}
+    for name, node in zip(compiled.input_names, graph.inputs):
+        dims = []
+        for d in node.tensor_type.shape:
+            sym = d.as_symbol() if not isinstance(d, int) else None
+            root = c.find(sym) if sym is not None else None
+            definition = c.definitions.get(root) if root is not None else None
+            if isinstance(d, int) or root is None or (definition is not None and definition.as_symbol() is None):
+                dims.append(d if isinstance(d, int) else "?")
+                continue
+            facts = c.facts.get(root)
+            lo = int(facts.lo) if facts is not None and math.isfinite(facts.lo) and facts.lo > 0 else 0
+            hi = facts.hi if facts is not None else None
+            symbols[root] = Symbol(root, lo, hi, facts.divisor if facts is not None else 1)
+            dims.append(root)
+        iface.inputs.append(TensorSpec(name, node.tensor_type.dtype, tuple(dims)))
+    iface.symbols = list(symbols.values())
+    iface.constants = [Constant(e["name"], e["dtype"], e["offset"], e["bytes"], tuple(e["shape"])) for e in constants]
+    native = report.backend.native if report.backend is not None else None
+    if native is not None:
+        sig = native.signature
+        kinds = {"buffer": "buffer", "input": "input", "const": "constant", "same": "same"}
+        iface.arguments = list(sig.arguments)
+        iface.buffers = list(sig.buffers)
+        iface.data_dependent = sig.data_dependent
+        for (kind, where), node in zip(sig.outputs, graph.outputs):
+            ty = node.tensor_type
+            spec = TensorSpec(f"output{len(iface.outputs)}", ty.dtype, tuple(dim_text(c.normalize(d)) if not isinstance(d, int) else d for d in ty.shape))
+            iface.outputs.append(Output(kinds[kind], where, spec))
+    return iface
 
 
 def _ral(folder: Path, manifest: dict) -> Any:
@@ -368,15 +469,15 @@ def _check_manifest(folder: Path, manifest: dict) -> None:
     need(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names), "input_names must be distinct strings")
     need(isinstance(manifest.get("out_spec"), str) and isinstance(manifest.get("backend"), str), "out_spec and backend must be strings")
     files = manifest.get("files")
-    need(isinstance(files, dict) and "program.disc" in files and "constants.bin" in files, "files must list program.disc and constants.bin")
+    need(isinstance(files, dict) and all(f in files for f in ("program.disc", "constants.bin", "interface.txt")), "files must list program.disc, constants.bin and interface.txt")
     for fname, meta in files.items():
-        need(fname in ("program.disc", "constants.bin", "program.so", "ral.so", "program.cc"), f"lists an unknown file {fname!r}")
+        need(fname in ("program.disc", "constants.bin", "interface.txt", "program.so", "ral.so", "program.cc"), f"lists an unknown file {fname!r}")
         ok = isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and meta["bytes"] >= 0
         need(ok and isinstance(meta.get("sha256"), str) and len(meta["sha256"]) == 64, f"entry for {fname} needs bytes and a sha256")
         path = folder / fname
         # The files read into memory are sized first; the libraries are checked by digest where
         # used (a damaged one is built again from the IR).
-        if fname in ("program.disc", "constants.bin") and path.exists() and path.stat().st_size != meta["bytes"]:
+        if fname in ("program.disc", "constants.bin", "interface.txt") and path.exists() and path.stat().st_size != meta["bytes"]:
             raise ArtifactError(f"{_damaged(path)}: {path.stat().st_size} bytes, the manifest says {meta['bytes']}")
     entries = manifest.get("constants")
     need(isinstance(entries, list), "constants must be a list")

@@ -246,7 +246,8 @@ def _check(iface: ProgramInterface, where: str) -> None:
         consts[c.name] = c
     if iface.constants:
         need("constants.bin" in iface.files and iface.files["constants.bin"][0] == at, f"the constants end at byte {at}, not at constants.bin's size")
-    need(all(a in consts for a in iface.arguments), "an argument names no constant")
+    # A program-cache entry's parameters stay in the model (it says so in a `needs` line).
+    need(bool(iface.needs) or all(a in consts for a in iface.arguments), "an argument names no constant")
     for k, o in enumerate(iface.outputs):
         if o.kind == "buffer":
             need(isinstance(o.where, int) and o.where < len(iface.buffers), f"output {k} names buffer {o.where}, which does not exist")
@@ -254,6 +255,6 @@ def _check(iface: ProgramInterface, where: str) -> None:
         elif o.kind == "input":
             need(isinstance(o.where, int) and o.where < len(iface.inputs), f"output {k} passes input {o.where} through, which does not exist")
         elif o.kind == "constant":
-            need(o.where in consts, f"output {k} names constant {o.where!r}, which is not listed")
+            need(bool(iface.needs) or o.where in consts, f"output {k} names constant {o.where!r}, which is not listed")
         else:
             need(isinstance(o.where, int) and o.where < k, f"output {k} repeats output {o.where}, which does not come before it")

@@ -31,6 +31,7 @@ from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs, worksp
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
+from disc.runtime.interface import ProgramInterface
 from disc.runtime.reference import ExecutionProfile
 
 # Both flags let GCC vectorise loops it otherwise leaves scalar, and neither changes a result (NaN,
@@ -46,13 +47,71 @@ class NativeRunError(RuntimeError):
     """The native program reported an error (from a library call or the RAL)."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class NativeSignature:
+    """How a host calls a built program, read with no compiler: the constants in the order of its
+    table, the output buffers it writes (dtype, rank), each graph output (as
+    ``LoweredProgram.outputs``) and whether ``disc_run`` reports the dims outputs ran at.
+    A saved program's ``interface.txt`` holds the same."""
+
+    arguments: tuple[str, ...]
+    buffers: tuple[tuple[str, int], ...]
+    outputs: tuple[tuple[str, object], ...]
+    data_dependent: bool
+
+    @staticmethod
+    def of(lowered: LoweredProgram, source: NativeSource) -> NativeSignature:
+        buffers = tuple((o.tensor_type.dtype, len(o.shape)) for o in lowered.output_buffers)
+        return NativeSignature(tuple(source.constants), buffers, tuple(lowered.outputs), source.data_dependent)
+
+    @staticmethod
+    def of_interface(iface: ProgramInterface) -> NativeSignature:
+        kinds = {"buffer": "buffer", "input": "input", "constant": "const", "same": "same"}
+        outputs = tuple((kinds[o.kind], o.where) for o in iface.outputs)
+        return NativeSignature(tuple(iface.arguments), tuple(iface.buffers), outputs, iface.data_dependent)
+
+
 class NativeBuild:
-    lowered: LoweredProgram
-    source: NativeSource
-    build: BuildResult
-    seconds: float
-    profile: bool = False  # built with the per-step counters (DISC_PROFILE)
+    """A built native program: its library, how to call it, and (on demand) the lowering and C++ it
+    came from. A program loaded from a folder has no lowering until something asks for it (an
+    explain page, a profile): loading needs no compiler."""
+
+    def __init__(
+        self,
+        build: BuildResult,
+        seconds: float,
+        profile: bool,
+        signature: NativeSignature,
+        graph: Graph,
+        lowered: LoweredProgram | None = None,
+        source: NativeSource | None = None,
+    ) -> None:
+        self.build = build
+        self.seconds = seconds
+        self.profile = profile  # built with the per-step counters (DISC_PROFILE)
+        self.signature = signature
+        self._graph = graph
+        self._lowered = lowered
+        self._source = source
+        self._lock = threading.Lock()
+
+    def _lower(self) -> tuple[LoweredProgram, NativeSource]:
+        with self._lock:
+            if self._lowered is None or self._source is None:
+                self._lowered, self._source = native_source(self._graph)
+            return self._lowered, self._source
+
+    @property
+    def lowered(self) -> LoweredProgram:
+        return self._lower()[0]
+
+    @property
+    def source(self) -> NativeSource:
+        return self._lower()[1]
+
+    def source_text(self) -> str:
+        """The C++ the library was built from (its saved copy, for a loaded program)."""
+        return self._source.text if self._source is not None else self.build.source_path.read_text()
 
 
 def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
@@ -67,7 +126,7 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     start = time.perf_counter()
     lowered, source = native_source(graph)
     result = build(source.text, f"disc_{graph.name}", **build_options(profile))
-    return NativeBuild(lowered, source, result, time.perf_counter() - start, profile)
+    return NativeBuild(result, time.perf_counter() - start, profile, NativeSignature.of(lowered, source), graph, lowered, source)
 
 
 def native_source(graph: Graph) -> tuple[LoweredProgram, NativeSource]:
@@ -161,22 +220,22 @@ class NativeExecutor:
         self._run.argtypes = [ctypes.c_void_p] * 8
         self._run.restype = ctypes.c_int32
         self._lib = lib  # keeps the library loaded
-        lp = native.lowered
+        sig = native.signature
         # Parameters stay alive (and at fixed addresses) for the life of the executor.
-        self._consts = [graph.constants[name].contiguous() for name in native.source.constants]
+        self._consts = [graph.constants[name].contiguous() for name in sig.arguments]
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[t.data_ptr() for t in self._consts])
         if self._consts:  # the RAL's packed copies of them (conv weights) go when the last program does
             self.ral.hold_constants(self._const_ptrs, len(self._consts), True)
             weakref.finalize(self, self.ral.hold_constants, self._const_ptrs, len(self._consts), False)
         self._ranks = [len(n.shape) for n in graph.inputs]
-        self._out_meta = [(len(o.shape), DTYPES[o.dtype]) for o in lp.output_buffers]
+        self._out_meta = [(rank, DTYPES[dtype]) for dtype, rank in sig.buffers]
         # The ctypes array types of a call's arguments, made once (a call only fills them).
         self._dims_t = ctypes.c_int64 * max(sum(self._ranks), 1)
         self._out_dims_t = ctypes.c_int64 * max(sum(r for r, _ in self._out_meta), 1)
         self._in_ptrs_t = ctypes.c_void_p * max(len(graph.inputs), 1)
         self._out_ptrs_t = ctypes.c_void_p * max(len(self._out_meta), 1)
-        self._out_specs = lp.outputs
-        self._data_dependent = native.source.data_dependent  # outputs sized at a count's bound, then viewed at the count
+        self._out_specs = list(sig.outputs)
+        self._data_dependent = sig.data_dependent  # outputs sized at a count's bound, then viewed at the count
         self._local = _THREAD_WORKSPACE
         # Large outputs reuse freed ones' memory (see OutputCache) where the RAL has the cache.
         self._empty = self.ral.outputs.empty if self.ral.outputs is not None else _torch_empty

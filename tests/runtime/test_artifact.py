@@ -7,6 +7,7 @@ with an error naming them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -77,7 +78,7 @@ def _copy(folder: Path, dest: Path) -> Path:
 
 def test_a_loaded_program_matches_eager_and_reuses_the_saved_library(saved):
     model, folder = saved
-    assert sorted(p.name for p in folder.iterdir()) == ["constants.bin", "manifest.json", "program.cc", "program.disc", "program.so", "ral.so"]
+    assert sorted(p.name for p in folder.iterdir()) == ["constants.bin", "interface.txt", "manifest.json", "program.cc", "program.disc", "program.so", "ral.so"]
     loaded = disc.load(folder)
     assert loaded.report.source == "disc.load"
     assert loaded.report.backend.native.build.path == folder / "program.so"
@@ -120,8 +121,12 @@ def test_loading_in_a_fresh_process_without_a_compiler(saved):
 def test_a_library_built_elsewhere_is_rebuilt_here(saved, tmp_path):
     model, folder = saved
     other = _copy(folder, tmp_path / "other")
+    text = (other / "interface.txt").read_text()
+    host = next(line for line in text.split("\n") if line.startswith("host "))
+    text = text.replace(host, "host " + "0" * 64).encode()  # as if another CPU had built it
+    (other / "interface.txt").write_bytes(text)
     manifest = json.loads((other / "manifest.json").read_text())
-    manifest["native"]["key"] = "0" * 64  # as if another compiler or CPU had built it
+    manifest["files"]["interface.txt"] = {"sha256": hashlib.sha256(text).hexdigest(), "bytes": len(text)}
     (other / "manifest.json").write_text(json.dumps(manifest))
     loaded = disc.load(other)
     assert loaded.report.backend.native.build.path.parent != other
@@ -275,7 +280,7 @@ MANIFEST_EDITS = {
     "unknown-dtype": (lambda m: m["constants"][0].update(dtype="f99"), "unknown dtype 'f99'"),
     "no-constants": (lambda m: m.pop("constants"), "constants must be a list"),
     "input-names-type": (lambda m: m.update(input_names="x"), "input_names must be distinct strings"),
-    "files-type": (lambda m: m.update(files=[]), "files must list program.disc and constants.bin"),
+    "files-type": (lambda m: m.update(files=[]), "files must list program.disc, constants.bin and interface.txt"),
     "unknown-file": (lambda m: m["files"].update({"../../etc/passwd": {"bytes": 0, "sha256": "0" * 64}}), "lists an unknown file"),
 }
 

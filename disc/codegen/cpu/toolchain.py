@@ -15,6 +15,7 @@ missing, so a process loading it concurrently gets either the old or the new com
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import json
@@ -52,7 +53,7 @@ BASE_FLAGS = (
     "-std=c++17",
 )
 RAL_INCLUDE_DIR = Path(__file__).resolve().parents[2] / "runtime" / "ral"
-RAL_HEADERS = ("ral.h", "ral_half.h")
+RAL_HEADERS = ("ral.h", "ral_half.h", "disc_runtime.h")
 DNNL_HEADER = Path("/usr/include/oneapi/dnnl/dnnl.h")
 # Compiles faster than this stay silent; slower ones announce themselves and their time.
 SLOW_COMPILE_S = 1.0
@@ -417,14 +418,21 @@ def sweep_stale_files(root: Path, older_than: float = STALE_SECONDS) -> int:
     except OSError:  # no cache yet
         return 0
     for entry in entries:
-        for pattern in _STALE_PATTERNS:
-            for path in Path(entry.path).glob(pattern):
-                try:
-                    if now - path.stat().st_mtime > older_than:
-                        path.unlink()
-                        removed += 1
-                except OSError:  # gone already, or not ours to delete
-                    continue
+        try:
+            # Only dot-files can be a build's temporaries: one listing per entry, matched by name.
+            names = [f.name for f in os.scandir(entry.path) if f.name.startswith(".")]
+        except OSError:
+            continue
+        for name in names:
+            if not any(fnmatch.fnmatchcase(name, pattern) for pattern in _STALE_PATTERNS):
+                continue
+            path = Path(entry.path) / name
+            try:
+                if now - path.stat().st_mtime > older_than:
+                    path.unlink()
+                    removed += 1
+            except OSError:  # gone already, or not ours to delete
+                continue
     if removed:
         logger.info("disc: removed %d files of abandoned builds under %s", removed, root)
     return removed
@@ -448,7 +456,8 @@ def build(
     """
     compiler, incs, key = _resolve(source, flags, libs, include_dirs)
     root = cache_dir()
-    sweep_stale_files(root)
+    if root not in _swept:  # off the caller's path: a large cache takes a while to list
+        threading.Thread(target=sweep_stale_files, args=(root,), name="disc-cache-sweep", daemon=True).start()
     stem = _safe_name(name)
     entry = root / key[:32]
     so, sidecar, src = entry / f"{stem}.so", entry / f"{stem}.so.json", entry / f"{stem}.cc"

@@ -17,12 +17,12 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 
 from disc.codegen.cpu import toolchain
-from disc.errors import CompileError, RuntimeFailure
+from disc.errors import RuntimeFailure
+from disc.runtime.ral_build import Variant, build_ral, resolve_variant
 
 ABI_VERSION = 5
 MAX_BATCH_DIMS = 6
@@ -436,35 +436,16 @@ class Ral:
         _raise_if_failed(self.functions.conv2d(ctypes.byref(ctx), ctypes.byref(args)), ctx, "conv2d")
 
 
-Variant = Literal["auto", "dnnl", "builtin"]
 _lock = threading.Lock()
 _loaded: dict[str, Ral] = {}
 _opened_lock = threading.Lock()  # not _lock: load_ral holds that while it opens
 _opened: list[Ral] = []  # every RAL library opened (a saved program may carry its own); never unloaded
 
 
-def build_ral(variant: Variant = "auto") -> toolchain.BuildResult:
-    """Build (or fetch from the cache) the CPU RAL: "dnnl", "builtin" or "auto" (dnnl if available)."""
-    use_dnnl = _resolve(variant) == "dnnl"
-    source = (RAL_DIR / "ral_cpu.cc").read_text()
-    flags, libs = toolchain.dnnl_build_args() if use_dnnl else ([], [])
-    return toolchain.build(source, "ral_cpu" if use_dnnl else "ral_cpu_builtin", flags=flags, libs=libs)
-
-
-def _resolve(variant: Variant) -> str:
-    if variant == "auto":
-        return "dnnl" if toolchain.have_dnnl() else "builtin"
-    if variant == "dnnl" and not toolchain.have_dnnl():
-        raise CompileError("disc RAL: oneDNN was requested but is not available (oneDNN 3.x: `pip install onednn-cpu-gomp onednn-devel-cpu-gomp`, or set DISC_DNNL_ROOT to an install)")
-    if variant not in ("dnnl", "builtin"):
-        raise ValueError(f"unknown RAL variant {variant!r}")
-    return variant
-
-
 def load_ral(variant: Variant = "auto") -> Ral:
     """The process's RAL of that variant, built and loaded on first use (thread-safe)."""
     with _lock:
-        resolved = _resolve(variant)
+        resolved = resolve_variant(variant)
         ral = _loaded.get(resolved)
         if ral is None:
             ral = _loaded[resolved] = open_ral(build_ral(resolved).path)  # type: ignore[arg-type]
