@@ -1,40 +1,50 @@
 """disc: a dynamic-shape deep-learning compiler. Compile once, run at any shape.
 
-Importing disc registers the torch.compile backend ``"disc"``. Where PyTorch is not installed,
-the core (``disc.ir``, ``disc.shape``, the toolchain, the standalone runtime's build) still
-imports; the PyTorch API (``disc.compile``, ``disc.load``...) then says what it needs.
+The PyTorch API (``disc.compile``, ``disc.load``...) is imported on first use, or at once where
+torch is already imported; either way the torch.compile backend ``"disc"`` is registered (it is
+also an entry point, found by torch.compile itself). Without PyTorch the core (``disc.shape``, the
+toolchain, the standalone runtime's build) still imports, and ``disc_runtime`` runs saved programs
+with numpy alone; the PyTorch API then says what it needs.
 """
+
+import importlib
+import sys
 
 from disc.errors import CompileError, DiscError, InputError, ShapeError
 
-try:
-    import torch  # noqa: F401  (the PyTorch API below needs it anyway)
-
-    HAVE_TORCH = True
-except ImportError:
-    HAVE_TORCH = False
-if HAVE_TORCH:
-    from disc.api import CompiledModule, CompileReport, clear_reports, compile, explain, reports
-    from disc.runtime.artifact import ArtifactError, load, save
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "ArtifactError",
-    "CompileError",
-    "CompileReport",
-    "CompiledModule",
-    "DiscError",
-    "InputError",
-    "ShapeError",
-    "clear_reports",
-    "compile",
-    "explain",
-    "load",
-    "release_memory",
-    "reports",
-    "save",
-]
+# The PyTorch API, by the module that defines each name.
+_TORCH_API = {
+    "CompiledModule": "disc.api",
+    "CompileReport": "disc.api",
+    "clear_reports": "disc.api",
+    "compile": "disc.api",
+    "explain": "disc.api",
+    "reports": "disc.api",
+    "ArtifactError": "disc.runtime.artifact",
+    "load": "disc.runtime.artifact",
+    "save": "disc.runtime.artifact",
+}
+
+__all__ = ["CompileError", "DiscError", "InputError", "ShapeError", "release_memory", *_TORCH_API]
+
+
+def __getattr__(name: str) -> object:
+    module = _TORCH_API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'disc' has no attribute {name!r}")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            f"disc.{name} needs PyTorch, which is not installed here; to run a saved program without it use "
+            "disc_runtime (Python, numpy only), disc-run or the C API (disc_runtime.h)"
+        ) from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    _register_backend()
+    return value
 
 
 def release_memory() -> int:
@@ -45,16 +55,14 @@ def release_memory() -> int:
     return release()
 
 
-def __getattr__(name: str) -> object:
-    if name in __all__:  # only reached without torch
-        raise ImportError(
-            f"disc.{name} needs PyTorch, which is not installed here; to run a saved program without it use "
-            "disc_runtime (Python, numpy only), disc-run or the C API (disc_runtime.h)"
-        )
-    raise AttributeError(f"module 'disc' has no attribute {name!r}")
+_registered = False
 
 
 def _register_backend() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
     try:
         from disc.frontends.torch.dynamo import register
 
@@ -63,5 +71,6 @@ def _register_backend() -> None:
         pass
 
 
-if HAVE_TORCH:
-    _register_backend()
+if sys.modules.get("torch") is not None:  # a PyTorch program: the API and the backend at once, as it expects
+    for _name in _TORCH_API:
+        __getattr__(_name)

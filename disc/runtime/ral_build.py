@@ -21,7 +21,7 @@ Variant = Literal["auto", "dnnl", "builtin"]
 
 def ral_source() -> str:
     """The library's C++ source: the RAL, then the standalone runtime built on it."""
-    return "\n".join((RAL_DIR / name).read_text() for name in SOURCES if (RAL_DIR / name).is_file())
+    return "\n".join((RAL_DIR / name).read_text() for name in SOURCES)
 
 
 def resolve_variant(variant: Variant) -> str:
