@@ -120,7 +120,7 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
             manifest["files"]["program.cc"] = _digest(source_text.encode())
             manifest["native"] = {"key": native.build.key, "host": host_digest(), "profile": native.profile}
         needs = _standalone_needs(report, external)
-        if needs:
+        if needs and not external:  # a program-cache entry is not the user's save: nothing to say
             warnings.warn(f"disc.save: {report.name} cannot run without PyTorch (disc_runtime, disc-run, the C API): it needs {'; '.join(needs)}", stacklevel=2)
         iface = _interface(compiled, constants, manifest["files"], needs)
         text = iface.to_text().encode()
@@ -188,9 +188,12 @@ def _load(folder: Path, start: float, backend: str | None, external: Mapping[str
         graph.constants.update(constants.result())
     graph.constants.update(bound)
     if native is not None:
-        from disc.runtime.native import NativeExecutor
+        from disc.runtime.native import NativeExecutor, NativeRunError
 
-        executor, choice = NativeExecutor(graph, native, _ral(folder, manifest)), BackendChoice("native-cpu", native=native)
+        try:
+            executor, choice = NativeExecutor(graph, native, _ral(folder, manifest)), BackendChoice("native-cpu", native=native)
+        except NativeRunError as e:
+            raise ArtifactError(f"saved program {folder}: interface.txt does not describe program.so ({e})") from e
     else:
         executor, choice = make_executor(graph, fallbacks, chosen, device)
     capture = manifest.get("capture", {})  # absent in programs saved before it was written

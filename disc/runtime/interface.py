@@ -258,3 +258,15 @@ def _check(iface: ProgramInterface, where: str) -> None:
             need(bool(iface.needs) or o.where in consts, f"output {k} names constant {o.where!r}, which is not listed")
         else:
             need(isinstance(o.where, int) and o.where < k, f"output {k} repeats output {o.where}, which does not come before it")
+    # Every copy a host makes is sized from this file alone.
+    need(len(symbols) == len(iface.symbols), "a symbol is listed twice")
+    for k, o in enumerate(iface.outputs):
+        source = {"input": lambda: iface.inputs[o.where], "same": lambda: iface.outputs[o.where].spec}.get(o.kind)
+        if o.kind == "constant" and o.where in consts:
+            c = consts[o.where]
+            source = lambda c=c: TensorSpec(c.name, c.dtype, c.shape)
+        if source is not None:
+            src = source()
+            need(src.dtype == o.spec.dtype and src.rank == o.spec.rank, f"output {k} is not the dtype and rank of what it passes on")
+    for b, (_, rank) in enumerate(iface.buffers):
+        need(rank <= 16, f"buffer {b} has rank {rank}, more than 16")

@@ -26,6 +26,7 @@ import torch
 from disc.codegen.cpu.kernel import MAX_VERSIONS
 from disc.codegen.cpu.ops import PRELUDE
 from disc.codegen.cpu.program import NativeSource, emit_program
+from disc.codegen.cpu.signature import signature_text
 from disc.codegen.cpu.toolchain import BuildResult, build, warm_prelude
 from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs, workspace_bytes
 from disc.errors import ShapeError
@@ -221,6 +222,13 @@ class NativeExecutor:
         self._run.restype = ctypes.c_int32
         self._lib = lib  # keeps the library loaded
         sig = native.signature
+        # The arrays below are sized from `sig` (a saved folder's interface.txt, for a loaded
+        # program): the library must state the same, or it would read past them.
+        stated = lib.disc_signature
+        stated.restype, stated.argtypes = ctypes.c_char_p, []
+        expected = signature_text([len(n.shape) for n in graph.inputs], sig.buffers, len(sig.arguments), sig.data_dependent)
+        if stated().decode() != expected:
+            raise NativeRunError(f"{native.build.path} states the signature {stated().decode()!r}; its description gives {expected!r}")
         # Parameters stay alive (and at fixed addresses) for the life of the executor.
         self._consts = [graph.constants[name].contiguous() for name in sig.arguments]
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[t.data_ptr() for t in self._consts])

@@ -184,3 +184,31 @@ except ImportError as e:
 """
     out = _run_without_torch(code).stdout
     assert "disc.compile needs PyTorch, which is not installed here" in out and "disc_runtime" in out
+
+
+def test_an_interface_that_does_not_describe_its_program_is_refused(saved: dict[str, Path], tmp_path: Path) -> None:
+    """Hosts size what they pass the program from interface.txt; an edit that still parses (here: outputs
+    said to be data-dependent, so a host would pass an array the program never fills) is caught by the
+    signature the program states itself, by both hosts, before any call."""
+    import hashlib
+    import shutil
+
+    folder = shutil.copytree(saved["bert"] / "program", tmp_path / "p")
+    text = (folder / "interface.txt").read_text()
+    assert "data_dependent 0\n" in text
+    edited = text.replace("data_dependent 0\n", "data_dependent 1\n").encode()
+    (folder / "interface.txt").write_bytes(edited)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["interface.txt"] = {"sha256": hashlib.sha256(edited).hexdigest(), "bytes": len(edited)}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(disc.ArtifactError, match="interface.txt does not describe program.so"):
+        disc.load(folder)
+    code = """
+import disc_runtime
+try:
+    disc_runtime.load(sys.argv[1])
+except disc_runtime.LoadError as e:
+    print(e)
+"""
+    out = _run_without_torch(code, str(folder)).stdout
+    assert "interface.txt does not describe program.so" in out and "data_dependent 0" in out, out

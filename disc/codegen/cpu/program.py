@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
 from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel
 from disc.codegen.cpu.ops import PRELUDE, storage_type
+from disc.codegen.cpu.signature import signature_text
 from disc.codegen.cpu.toolchain import UNIT_MARKER
 from disc.codegen.lowering import (
     KernelStep,
@@ -260,8 +261,12 @@ class _ProgramEmitter:
     def _entry_points(self, body: list[str]) -> list[str]:
         # Where a count is known only mid-call, disc_run reports the dims it ran at.
         actual = ["  if (actual_dims) {", *self._output_dims("actual_dims", "    "), "  }"] if self.counts else []
+        signature = signature_text(
+            [len(n.shape) for n in self.g.inputs], [(o.tensor_type.dtype, len(o.shape)) for o in self.lp.output_buffers], len(self.constants), bool(self.counts)
+        )
         return [
             'extern "C" int32_t disc_abi_version(void) { return DISC_RAL_ABI_VERSION; }',
+            f'extern "C" const char* disc_signature(void) {{ return "{signature}"; }}',
             "",
             'extern "C" int32_t disc_shapes(const int64_t* dims, int64_t* out_dims, int64_t* workspace_bytes, disc_ral_ctx* ctx) {',
             "  Shapes s;",

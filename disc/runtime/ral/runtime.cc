@@ -358,6 +358,7 @@ struct Tensor {
   std::vector<std::string> dims;   // as written: "768", "batch", "?"
   std::vector<Dim> parsed;         // meaningful for inputs and constants
   std::vector<const char*> texts;  // dims[i].c_str(), then a null: disc_tensor_info::dims
+  std::string quoted;              // repr(name), for messages
   int32_t rank() const { return static_cast<int32_t>(dims.size()); }
 };
 
@@ -392,6 +393,16 @@ struct Interface {
   std::vector<OutputEntry> outputs;
   bool data_dependent = false;
 };
+
+// The text a program's disc_signature() returns for this interface (signature_text in
+// disc/codegen/cpu/signature.py): input ranks, buffers as dtype:rank, constants, data_dependent.
+std::string program_signature(const Interface& iface) {
+  std::string ranks, buffers;
+  for (const Tensor& t : iface.inputs) ranks += (ranks.empty() ? "" : " ") + std::to_string(t.rank());
+  for (const auto& b : iface.buffers) buffers += (buffers.empty() ? "" : " ") + std::string(kDtypeNames[b.first]) + ":" + std::to_string(b.second);
+  return "inputs " + ranks + "; buffers " + buffers + "; constants " + std::to_string(iface.arguments.size()) + "; data_dependent " +
+         (iface.data_dependent ? "1" : "0");
+}
 
 // A rule of a line broken: the message of Python's ValueError.
 struct LineError {
@@ -589,7 +600,10 @@ void check_interface(Interface& iface, const std::string& where) {
     auto bin = iface.files.find("constants.bin");
     need(bin != iface.files.end() && bin->second.first == at, strf("the constants end at byte %" PRId64 ", not at constants.bin's size", at));
   }
-  for (const std::string& a : iface.arguments) need(iface.constant_index.count(a) > 0, "an argument names no constant");
+  // A program-cache entry's parameters stay in the model (it says so in a `needs` line; such a
+  // program is refused after parsing).
+  const bool needs = !iface.needs.empty();
+  for (const std::string& a : iface.arguments) need(needs || iface.constant_index.count(a) > 0, "an argument names no constant");
   for (size_t k = 0; k < iface.outputs.size(); ++k) {
     OutputEntry& o = iface.outputs[k];
     if (o.kind == kBuffer) {
@@ -600,8 +614,8 @@ void check_interface(Interface& iface, const std::string& where) {
       need(o.where < static_cast<int64_t>(iface.inputs.size()), strf("output %zu passes input %" PRId64 " through, which does not exist", k, o.where));
     } else if (o.kind == kConstant) {
       const auto found = iface.constant_index.find(o.constant);
-      need(found != iface.constant_index.end(), strf("output %zu names constant %s, which is not listed", k, repr(o.constant).c_str()));
-      o.where = static_cast<int64_t>(found->second);
+      need(needs || found != iface.constant_index.end(), strf("output %zu names constant %s, which is not listed", k, repr(o.constant).c_str()));
+      o.where = found != iface.constant_index.end() ? static_cast<int64_t>(found->second) : -1;
     } else {
       need(o.where < static_cast<int64_t>(k), strf("output %zu repeats output %" PRId64 ", which does not come before it", k, o.where));
     }
@@ -610,6 +624,7 @@ void check_interface(Interface& iface, const std::string& where) {
   need(symbols.size() == iface.symbols.size(), "a symbol is listed twice");
   for (size_t k = 0; k < iface.outputs.size(); ++k) {
     const OutputEntry& o = iface.outputs[k];
+    if (o.where < 0) continue;  // a constant the folder does not hold (needs)
     const auto from = static_cast<size_t>(o.where);
     const Tensor* source = o.kind == kInput ? &iface.inputs[from] : o.kind == kConstant ? &iface.constants[from].spec : o.kind == kSame ? &iface.outputs[from].spec : nullptr;
     need(source == nullptr || (source->dtype == o.spec.dtype && source->rank() == o.spec.rank()), strf("output %zu is not the dtype and rank of what it passes on", k));
@@ -717,6 +732,7 @@ void verify(const Model& m, const char* name, Block* into) {
 }
 
 void finish_texts(Tensor& t) {
+  t.quoted = repr(t.name);
   t.texts.clear();
   for (const std::string& d : t.dims) t.texts.push_back(d.c_str());
   t.texts.push_back(nullptr);
@@ -768,6 +784,13 @@ std::unique_ptr<Model> load(const char* folder_arg) {
   const int32_t program_abi = abi();
   if (program_abi != DISC_RAL_ABI_VERSION)
     raise(DISC_ERROR_UNSUPPORTED, strf("saved program %s: program.so was generated for RAL ABI %d; this runtime has ABI %d", m.folder.c_str(), program_abi, DISC_RAL_ABI_VERSION));
+  // The arrays passed to the program are sized from interface.txt: it must describe this program
+  // (codegen/cpu/signature.py), or an edited file would have the program read past them.
+  auto signature = reinterpret_cast<const char* (*)(void)>(dlsym(m.library, "disc_signature"));
+  const std::string stated = signature != nullptr ? signature() : "(none)";
+  if (stated != program_signature(iface))
+    raise(DISC_ERROR_FILE, "saved program " + m.folder + ": interface.txt does not describe program.so (the program states '" + stated +
+                               "'; interface.txt gives '" + program_signature(iface) + "')");
 
   for (const Tensor& t : iface.inputs) m.input_dims += t.rank();
   for (const auto& b : iface.buffers) {
@@ -819,32 +842,32 @@ void check_inputs(const Model& m, const disc_tensor* inputs, int32_t n, bool nee
   for (int32_t i = 0; i < n; ++i) {
     const Tensor& spec = iface.inputs[static_cast<size_t>(i)];
     const disc_tensor& t = inputs[i];
-    const std::string quoted = repr(spec.name);  // names are short: the common case's cost is small
+    const char* quoted = spec.quoted.c_str();
     if (t.dtype != spec.dtype) {
       const std::string got = known_dtype(t.dtype) ? kDtypeNames[t.dtype] : strf("%d (no disc dtype)", t.dtype);
-      raise(DISC_ERROR_INPUT, strf("input %s has dtype %s, compiled for %s", quoted.c_str(), got.c_str(), kDtypeNames[spec.dtype]));
+      raise(DISC_ERROR_INPUT, strf("input %s has dtype %s, compiled for %s", quoted, got.c_str(), kDtypeNames[spec.dtype]));
     }
     if (t.rank != spec.rank()) {
       if (t.rank < 0 || t.rank > DISC_MAX_RANK)
-        raise(DISC_ERROR_INPUT, strf("input %s has rank %d, compiled for rank %d", quoted.c_str(), t.rank, spec.rank()));
-      raise(DISC_ERROR_INPUT, strf("input %s has rank %d (shape %s), compiled for rank %d %s", quoted.c_str(), t.rank, shape_text(t.shape, t.rank).c_str(), spec.rank(),
+        raise(DISC_ERROR_INPUT, strf("input %s has rank %d, compiled for rank %d", quoted, t.rank, spec.rank()));
+      raise(DISC_ERROR_INPUT, strf("input %s has rank %d (shape %s), compiled for rank %d %s", quoted, t.rank, shape_text(t.shape, t.rank).c_str(), spec.rank(),
                                    type_text(spec).c_str()));
     }
     for (int32_t axis = 0; axis < t.rank; ++axis) {
       const int64_t size = t.shape[axis];
       dims[pos++] = size;
-      if (size < 0) raise(DISC_ERROR_INPUT, strf("input %s dim %d is %" PRId64 ", a negative size", quoted.c_str(), axis, size));
+      if (size < 0) raise(DISC_ERROR_INPUT, strf("input %s dim %d is %" PRId64 ", a negative size", quoted, axis, size));
       const Dim& d = spec.parsed[static_cast<size_t>(axis)];
       if (d.kind == kStatic) {
         if (size != d.value)
-          raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but must be %" PRId64 " (a static dim of the compiled program)", quoted.c_str(), axis, size, d.value));
+          raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but must be %" PRId64 " (a static dim of the compiled program)", quoted, axis, size, d.value));
         continue;
       }
       if (d.kind == kComputed) continue;  // an expression of other dims: the program checks it
       Seen& s = seen[d.symbol];
       if (s.input >= 0) {
         if (s.value != size)
-          raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but must equal input %s dim %d (%" PRId64 ")", quoted.c_str(), axis, size,
+          raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but must equal input %s dim %d (%" PRId64 ")", quoted, axis, size,
                                        repr(iface.inputs[static_cast<size_t>(s.input)].name).c_str(), s.axis, s.value));
         continue;
       }
@@ -852,15 +875,15 @@ void check_inputs(const Model& m, const disc_tensor* inputs, int32_t n, bool nee
       const SymbolRule& rule = iface.symbols[static_cast<size_t>(d.symbol)];
       if (size < rule.lo || (rule.hi >= 0 && size > rule.hi)) {
         const std::string hi = rule.hi >= 0 ? std::to_string(rule.hi) : "inf";
-        raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but %s must be in [%" PRId64 ", %s]", quoted.c_str(), axis, size, rule.name.c_str(), rule.lo, hi.c_str()));
+        raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but %s must be in [%" PRId64 ", %s]", quoted, axis, size, rule.name.c_str(), rule.lo, hi.c_str()));
       }
       if (rule.divisor > 1 && size % rule.divisor != 0)
-        raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but %s must be a multiple of %" PRId64, quoted.c_str(), axis, size, rule.name.c_str(), rule.divisor));
+        raise(DISC_ERROR_SHAPE, strf("input %s dim %d is %" PRId64 " but %s must be a multiple of %" PRId64, quoted, axis, size, rule.name.c_str(), rule.divisor));
     }
     const int64_t bytes = byte_size(t.shape, t.rank, t.dtype);
-    if (bytes < 0) raise(DISC_ERROR_INPUT, strf("input %s has shape %s, more bytes than memory can hold", quoted.c_str(), shape_text(t.shape, t.rank).c_str()));
+    if (bytes < 0) raise(DISC_ERROR_INPUT, strf("input %s has shape %s, more bytes than memory can hold", quoted, shape_text(t.shape, t.rank).c_str()));
     if (need_data && bytes > 0 && t.data == nullptr)
-      raise(DISC_ERROR_INPUT, strf("input %s has shape %s but its data is null", quoted.c_str(), shape_text(t.shape, t.rank).c_str()));
+      raise(DISC_ERROR_INPUT, strf("input %s has shape %s but its data is null", quoted, shape_text(t.shape, t.rank).c_str()));
   }
 }
 
