@@ -12,8 +12,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from disc.ir.types import IndexType, TensorType, Type
 from disc.shape.constraints import ShapeConstraints
 
@@ -85,7 +83,7 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Node] = field(default_factory=list)
     constraints: ShapeConstraints = field(default_factory=ShapeConstraints)
-    constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    constants: dict[str, Any] = field(default_factory=dict)  # name -> torch tensor or numpy array (ir/payloads.py)
     _names: set[str] = field(default_factory=set, repr=False)
     _counter: int = field(default=0, repr=False)
 
@@ -125,14 +123,18 @@ class Graph:
         self._append(node)
         return node
 
-    def add_constant(self, tensor: torch.Tensor, name: str | None = None) -> Node:
-        """A tensor literal: small scalars inline as ``value``, others by name in ``constants``."""
-        tensor = tensor.detach()
-        if tensor.dim() == 0 and tensor.dtype != torch.bool:
-            return self.add("constant", (), {"value": tensor.item(), "dtype": _dtype_name(tensor)}, name=name)
+    def add_constant(self, tensor: Any, name: str | None = None) -> Node:
+        """A tensor literal (a torch tensor or numpy array): small scalars inline as ``value``,
+        others by name in ``constants``."""
+        from disc.ir.payloads import contiguous, dtype_name
+
+        dtype = dtype_name(tensor)
+        tensor = contiguous(tensor)
+        if len(tensor.shape) == 0 and dtype != "i1":
+            return self.add("constant", (), {"value": tensor.item(), "dtype": dtype}, name=name)
         key = self.fresh_constant_name(name or "c")
-        self.constants[key] = tensor.contiguous()
-        return self.add("constant", (), {"ref": key, "dtype": _dtype_name(tensor)}, name=name)
+        self.constants[key] = tensor
+        return self.add("constant", (), {"ref": key, "dtype": dtype}, name=name)
 
     def fresh_constant_name(self, hint: str) -> str:
         key, i = hint, 0
@@ -172,10 +174,6 @@ class Graph:
         return print_graph(self)
 
 
-def _dtype_name(t: torch.Tensor) -> str:
-    from disc.ir.types import dtype_of_torch
-
-    return dtype_of_torch(t.dtype)
 
 
 def clone_graph_header(src: Graph) -> Graph:

@@ -12,8 +12,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from disc.ir.graph import Graph, Node
 from disc.ir.types import IndexType, TensorType, Type
 from disc.shape.constraints import RuntimeCheck
@@ -112,7 +110,7 @@ def parse_attrs(text: str | None) -> dict[str, Any]:
     return out
 
 
-def parse_graph(text: str, constants: Mapping[str, torch.Tensor] | None = None) -> Graph:
+def parse_graph(text: str, constants: Mapping[str, Any] | None = None) -> Graph:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip() and not ln.strip().startswith("#")]
     if not lines:
         raise IRParseError("empty IR text")

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from disc.ir.graph import Graph, Node
+from disc.ir.payloads import same_payload
 from disc.ir.types import IndexType, TensorType
 from disc.passes.rewrite import Rewriter, graph_pass
 
@@ -65,18 +64,6 @@ def node_key(n: Node) -> tuple:
     return (n.op, tuple(operands), attrs)
 
 
-def same_payload(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a is b:
-        return True
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if not torch.equal(a, b):  # NaN != NaN: such payloads stay apart
-        return False
-    if a.is_floating_point() or a.is_complex():
-        return torch.equal(torch.signbit(a), torch.signbit(b))
-    return True
-
-
 def _record_equal(rw: Rewriter, kept: Node, dropped: Node) -> None:
     """The merged node computes the same value: its (fresh) symbols equal the kept one's."""
     c = rw.dst.constraints
@@ -92,7 +79,7 @@ def cse(graph: Graph) -> Graph:
     """Merge nodes with the same op, operands and attributes (constants: same payload)."""
     rw = Rewriter(graph)
     table: dict[tuple, Node] = {}
-    payloads: dict[tuple, list[tuple[torch.Tensor, Node]]] = {}
+    payloads: dict[tuple, list[tuple[Any, Node]]] = {}
     for n in graph.nodes:
         if n.op == "input":
             rw.keep_input(n)

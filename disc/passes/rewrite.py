@@ -30,11 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-import torch
-
 from disc.ir.graph import Graph, Node, clone_graph_header, freeze_attr
+from disc.ir.payloads import dtype_name
 from disc.ir.registry import get_spec, infer_type
-from disc.ir.types import IndexType, TensorType, Type, dtype_of_torch
+from disc.ir.types import IndexType, TensorType, Type
 from disc.shape.expr import DimLike, SymExpr, as_expr, simplify_dim
 
 
@@ -73,7 +72,7 @@ class New:
     attrs: Mapping[str, Any] = field(default_factory=dict)
 
 
-Replacement = Union[Node, New, torch.Tensor]
+Replacement = Union[Node, New, Any]  # a node, a node to build, or a constant payload (ir/payloads.py)
 
 
 _NUMERIC = re.compile(r"^\d+$")
@@ -160,7 +159,7 @@ class Rewriter:
         """Create a new node in the new graph (type inferred)."""
         return self.commit(self.candidate(None, op, inputs, attrs or {}, name=name))
 
-    def constant(self, value: torch.Tensor, name: str | None = None) -> Node:
+    def constant(self, value: Any, name: str | None = None) -> Node:
         return self.dst.add_constant(value, name=self._name_for(name))
 
     def materialize(
@@ -179,8 +178,8 @@ class Rewriter:
         ok = accept or (lambda new, want: new == want)
         if isinstance(rep, Node):
             return rep if expected is None or ok(rep.type, expected) else None
-        if isinstance(rep, torch.Tensor):
-            t = TensorType(dtype_of_torch(rep.dtype), tuple(rep.shape))
+        if not isinstance(rep, (Node, New)):  # a payload
+            t = TensorType(dtype_name(rep), tuple(rep.shape))
             if expected is not None and not ok(t, expected):
                 return None
             return self.constant(rep, name=name)

@@ -21,11 +21,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from disc.ir.graph import Graph, Node
+from disc.ir.payloads import is_scalar_payload, scalar, splat_value
 from disc.ir.registry import ELEMENTWISE, get_spec
-from disc.ir.types import DTYPES, FLOAT_DTYPES, IndexType, TensorType
+from disc.ir.types import FLOAT_DTYPES, IndexType, TensorType
 from disc.passes.rewrite import New, Replacement, Rewriter, graph_pass
 
 Rule = Callable[[Node, Graph], Replacement | None]
@@ -36,7 +35,7 @@ _MAX_STEPS = 8  # rewrites applied to one node (a New replacement is simplified 
 
 
 # -- matching helpers ------------------------------------------------------------------
-def _payload(n: Node, g: Graph) -> torch.Tensor | None:
+def _payload(n: Node, g: Graph) -> Any:
     """The tensor of a ``constant`` node, or None."""
     if n.op != "constant":
         return None
@@ -45,7 +44,7 @@ def _payload(n: Node, g: Graph) -> torch.Tensor | None:
         return g.constants.get(ref)
     if n.attrs.get("value") is None:
         return None
-    return torch.tensor(n.attrs["value"], dtype=DTYPES[n.attrs["dtype"]])
+    return scalar(n.attrs["value"], n.attrs["dtype"])
 
 
 def splat(n: Node, g: Graph) -> Any:
@@ -57,15 +56,7 @@ def splat(n: Node, g: Graph) -> Any:
     while n.op in _SPLAT_PRESERVING:
         n = n.inputs[0]
     t = _payload(n, g)
-    if t is None or t.numel() == 0:
-        return None
-    flat = t.reshape(-1)
-    first = flat[0]
-    if not bool((flat == first).all()):
-        return None
-    if t.is_floating_point() and not bool((torch.signbit(flat) == torch.signbit(first)).all()):
-        return None
-    return first.item()
+    return None if t is None else splat_value(t)
 
 
 def _is_float(n: Node) -> bool:
@@ -91,7 +82,7 @@ def _is_pos_zero(n: Node, g: Graph) -> bool:
     return s is not None and s == 0 and not _is_neg_zero(n, g)
 
 
-def _scalar_constant(n: Node, g: Graph) -> torch.Tensor | None:
+def _scalar_constant(n: Node, g: Graph) -> Any:
     if n.op != "constant" or not isinstance(n.type, TensorType) or n.type.rank != 0:
         return None
     return _payload(n, g)
@@ -204,7 +195,9 @@ def fold_scalar_constants(n: Node, g: Graph) -> Replacement | None:
         out = get_spec(n.op).reference(*values, **n.attrs)
     except (RuntimeError, TypeError, ValueError, ZeroDivisionError):
         return None  # e.g. integer division by zero: left for run time to report
-    return out if isinstance(out, torch.Tensor) and out.dim() == 0 else None
+    except ImportError:
+        return None  # the references run on PyTorch, not installed here: left for the program to compute
+    return out if is_scalar_payload(out) else None
 
 
 # The table, read top to bottom; "*" applies to every elementwise op.

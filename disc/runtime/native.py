@@ -25,23 +25,15 @@ import torch
 
 from disc.codegen.cpu.kernel import MAX_VERSIONS
 from disc.codegen.cpu.ops import PRELUDE
-from disc.codegen.cpu.program import NativeSource, emit_program
+from disc.codegen.cpu.program import NativeSource, build_options, native_source
 from disc.codegen.cpu.signature import signature_text
 from disc.codegen.cpu.toolchain import BuildResult, build, warm_prelude
-from disc.codegen.lowering import LoweredProgram, lower, resolve_outputs, workspace_bytes
+from disc.codegen.lowering import LoweredProgram, resolve_outputs, workspace_bytes
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
 from disc.runtime.interface import ProgramInterface
 from disc.runtime.reference import ExecutionProfile
-
-# Both flags let GCC vectorise loops it otherwise leaves scalar, and neither changes a result (NaN,
-# inf and signed zeros included); they only drop side effects no kernel reads:
-# - -fno-math-errno: libm calls (sqrt, log, pow) need not set errno, so they get vector versions;
-# - -fno-trapping-math: float arithmetic under a select may run for every lane. Without AVX-512's
-#   masked ops GCC otherwise refuses to if-convert such a select (it might raise an FP exception
-#   flag), and on AVX2 the GELU and exp loops stayed scalar: bias + GELU at 8x256x1024, 10 -> 1 ms.
-CODEGEN_FLAGS = ("-fno-math-errno", "-fno-trapping-math")
 
 
 class NativeRunError(RuntimeError):
@@ -128,19 +120,6 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     lowered, source = native_source(graph)
     result = build(source.text, f"disc_{graph.name}", **build_options(profile))
     return NativeBuild(result, time.perf_counter() - start, profile, NativeSignature.of(lowered, source), graph, lowered, source)
-
-
-def native_source(graph: Graph) -> tuple[LoweredProgram, NativeSource]:
-    """The CPU backend's lowering of ``graph`` and the C++ it generates (a saved program is reused
-    only where this gives its source again). Convolutions take their bias and ReLU: the RAL
-    applies them inside the call, and the host flow runs a ``nonzero`` itself."""
-    lowered = lower(graph, conv_epilogues=True, data_dependent=True)
-    return lowered, emit_program(lowered)
-
-
-def build_options(profile: bool = False) -> dict:
-    """The toolchain options of a native program (``flags``, ``libs``)."""
-    return {"flags": CODEGEN_FLAGS + (("-DDISC_PROFILE",) if profile else ()), "libs": ("-lmvec",)}
 
 
 def warm_toolchain() -> list[Path]:

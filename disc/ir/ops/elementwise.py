@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import torch
-
+from disc.ir.lazy_torch import deferred, torch
 from disc.ir.registry import ELEMENTWISE, ShapeContext, ShapeRuleError, dtype_from_attr, register, tensor
-from disc.ir.types import DTYPES, FLOAT_DTYPES, Type
+from disc.ir.types import FLOAT_DTYPES, ITEMSIZE, Type, torch_dtype
 
 
 def same_shape_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
@@ -57,70 +56,70 @@ def _binary(name: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 
 
 # -- unary -----------------------------------------------------------------------
-_unary("neg", torch.neg)
-_unary("abs", torch.abs)
-_unary("sign", torch.sign)
-_unary("exp", torch.exp, True)
-_unary("expm1", torch.expm1, True)
-_unary("log", torch.log, True)
-_unary("log1p", torch.log1p, True)
-_unary("log2", torch.log2, True)
-_unary("log10", torch.log10, True)
-_unary("sqrt", torch.sqrt, True)
-_unary("rsqrt", torch.rsqrt, True)
-_unary("reciprocal", torch.reciprocal, True)
-_unary("tanh", torch.tanh, True)
-_unary("sigmoid", torch.sigmoid, True)
-_unary("sin", torch.sin, True)
-_unary("cos", torch.cos, True)
-_unary("erf", torch.erf, True)
-_unary("tan", torch.tan, True)
-_unary("asin", torch.asin, True)
-_unary("acos", torch.acos, True)
-_unary("atan", torch.atan, True)
-_unary("sinh", torch.sinh, True)
-_unary("cosh", torch.cosh, True)
-_unary("asinh", torch.asinh, True)
-_unary("acosh", torch.acosh, True)
-_unary("atanh", torch.atanh, True)
-_unary("floor", torch.floor)
-_unary("ceil", torch.ceil)
-_unary("round", torch.round)
-_unary("relu", torch.relu)
-_unary("logical_not", torch.logical_not, dtype=_bool)
-_unary("bitwise_not", torch.bitwise_not)
-_unary("isnan", torch.isnan, dtype=_bool)
-_unary("isinf", torch.isinf, dtype=_bool)
+_unary("neg", deferred("neg"))
+_unary("abs", deferred("abs"))
+_unary("sign", deferred("sign"))
+_unary("exp", deferred("exp"), True)
+_unary("expm1", deferred("expm1"), True)
+_unary("log", deferred("log"), True)
+_unary("log1p", deferred("log1p"), True)
+_unary("log2", deferred("log2"), True)
+_unary("log10", deferred("log10"), True)
+_unary("sqrt", deferred("sqrt"), True)
+_unary("rsqrt", deferred("rsqrt"), True)
+_unary("reciprocal", deferred("reciprocal"), True)
+_unary("tanh", deferred("tanh"), True)
+_unary("sigmoid", deferred("sigmoid"), True)
+_unary("sin", deferred("sin"), True)
+_unary("cos", deferred("cos"), True)
+_unary("erf", deferred("erf"), True)
+_unary("tan", deferred("tan"), True)
+_unary("asin", deferred("asin"), True)
+_unary("acos", deferred("acos"), True)
+_unary("atan", deferred("atan"), True)
+_unary("sinh", deferred("sinh"), True)
+_unary("cosh", deferred("cosh"), True)
+_unary("asinh", deferred("asinh"), True)
+_unary("acosh", deferred("acosh"), True)
+_unary("atanh", deferred("atanh"), True)
+_unary("floor", deferred("floor"))
+_unary("ceil", deferred("ceil"))
+_unary("round", deferred("round"))
+_unary("relu", deferred("relu"))
+_unary("logical_not", deferred("logical_not"), dtype=_bool)
+_unary("bitwise_not", deferred("bitwise_not"))
+_unary("isnan", deferred("isnan"), dtype=_bool)
+_unary("isinf", deferred("isinf"), dtype=_bool)
 _unary("gelu", lambda x: torch.nn.functional.gelu(x), True, "GELU with the exact erf formula")
 _unary("gelu_tanh", lambda x: torch.nn.functional.gelu(x, approximate="tanh"), True, "GELU, tanh approximation")
-_unary("silu", torch.nn.functional.silu, True)
+_unary("silu", deferred("nn.functional.silu"), True)
 
 # -- binary ----------------------------------------------------------------------
-_binary("add", torch.add)
-_binary("sub", torch.sub)
-_binary("mul", torch.mul)
+_binary("add", deferred("add"))
+_binary("sub", deferred("sub"))
+_binary("mul", deferred("mul"))
 _binary("div", lambda a, b: torch.div(a, b) if a.is_floating_point() else torch.div(a, b, rounding_mode="trunc"))
 _binary("floor_div", lambda a, b: torch.div(a, b, rounding_mode="floor"))
-_binary("remainder", torch.remainder)
-_binary("fmod", torch.fmod)
-_binary("pow", torch.pow)
-_binary("maximum", torch.maximum)
-_binary("minimum", torch.minimum)
-_binary("atan2", torch.atan2)
-_binary("logical_and", torch.logical_and, _bool)
-_binary("logical_or", torch.logical_or, _bool)
-_binary("logical_xor", torch.logical_xor, _bool)
-_binary("bitwise_and", torch.bitwise_and)
-_binary("bitwise_or", torch.bitwise_or)
-_binary("bitwise_xor", torch.bitwise_xor)
+_binary("remainder", deferred("remainder"))
+_binary("fmod", deferred("fmod"))
+_binary("pow", deferred("pow"))
+_binary("maximum", deferred("maximum"))
+_binary("minimum", deferred("minimum"))
+_binary("atan2", deferred("atan2"))
+_binary("logical_and", deferred("logical_and"), _bool)
+_binary("logical_or", deferred("logical_or"), _bool)
+_binary("logical_xor", deferred("logical_xor"), _bool)
+_binary("bitwise_and", deferred("bitwise_and"))
+_binary("bitwise_or", deferred("bitwise_or"))
+_binary("bitwise_xor", deferred("bitwise_xor"))
 
 # -- compare -----------------------------------------------------------------------
-_binary("eq", torch.eq, _bool)
-_binary("ne", torch.ne, _bool)
-_binary("lt", torch.lt, _bool)
-_binary("le", torch.le, _bool)
-_binary("gt", torch.gt, _bool)
-_binary("ge", torch.ge, _bool)
+_binary("eq", deferred("eq"), _bool)
+_binary("ne", deferred("ne"), _bool)
+_binary("lt", deferred("lt"), _bool)
+_binary("le", deferred("le"), _bool)
+_binary("gt", deferred("gt"), _bool)
+_binary("ge", deferred("ge"), _bool)
 
 
 # -- select / convert ----------------------------------------------------------------
@@ -141,7 +140,7 @@ def select(pred: torch.Tensor, on_true: torch.Tensor, on_false: torch.Tensor) ->
 
 def _convert_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
     tensor(types[0], "convert")
-    if attrs["dtype"] not in DTYPES:
+    if attrs["dtype"] not in ITEMSIZE:
         raise ShapeRuleError(f"convert: unknown dtype {attrs['dtype']!r}")
     return dtype_from_attr()(types, attrs)
 
@@ -149,4 +148,4 @@ def _convert_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
 @register("convert", "x", attrs={"dtype": "f32"}, dtype=_convert_dtype, shape=same_shape_rule, category=ELEMENTWISE)
 def convert(x: torch.Tensor, *, dtype: str) -> torch.Tensor:
     """Cast to another dtype (torch's rounding and overflow rules)."""
-    return x.to(DTYPES[dtype])
+    return x.to(torch_dtype(dtype))

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
+from disc.ir.lazy_torch import torch
 from disc.ir.registry import BROADCAST, SOURCE, ShapeContext, register
-from disc.ir.types import DTYPES, Type
+from disc.ir.types import Type, torch_dtype
 from disc.shape.expr import parse_expr, simplify_dim
 
 
@@ -45,4 +44,4 @@ def _index_to_tensor_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mappi
 @register("index_to_tensor", "n", attrs={"dtype": "i64"}, dtype=lambda types, attrs: attrs["dtype"], shape=_index_to_tensor_rule, category=BROADCAST)
 def index_to_tensor(n: int, *, dtype: str) -> torch.Tensor:
     """A shape value used as data (e.g. the element count that a mean divides by)."""
-    return torch.tensor(n, dtype=DTYPES[dtype])
+    return torch.tensor(n, dtype=torch_dtype(dtype))

@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
+from disc.ir.lazy_torch import torch
 from disc.ir.registry import (
     MOVEMENT,
     REDUCTION,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
+from disc.ir.lazy_torch import torch
+from disc.ir.payloads import dtype_name
 from disc.ir.registry import (
     BROADCAST,
     MOVEMENT,
@@ -24,13 +24,13 @@ from disc.ir.registry import (
     same_dtype_as,
     tensor,
 )
-from disc.ir.types import DTYPES, Type, dtype_of_torch
+from disc.ir.types import ITEMSIZE, Type, torch_dtype
 from disc.shape.expr import product
 
 
 # -- constant ------------------------------------------------------------------------
 def _constant_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
-    if attrs["dtype"] not in DTYPES:
+    if attrs["dtype"] not in ITEMSIZE:
         raise ShapeRuleError(f"constant: unknown dtype {attrs['dtype']!r}")
     return attrs["dtype"]
 
@@ -41,7 +41,7 @@ def _constant_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str,
     if attrs["ref"] not in ctx.graph.constants:
         raise ShapeRuleError(f"constant: no payload named {attrs['ref']!r}")
     payload = ctx.graph.constants[attrs["ref"]]
-    if dtype_of_torch(payload.dtype) != attrs["dtype"]:
+    if dtype_name(payload) != attrs["dtype"]:
         raise ShapeRuleError(f"constant: payload {attrs['ref']!r} is {payload.dtype}, attribute says {attrs['dtype']}")
     return tuple(ctx.graph.constants[attrs["ref"]].shape)
 
@@ -54,7 +54,7 @@ def constant(*, value: Any, dtype: str, ref: torch.Tensor | None) -> torch.Tenso
     """
     if ref is not None:
         return ref
-    return torch.tensor(value, dtype=DTYPES[dtype])
+    return torch.tensor(value, dtype=torch_dtype(dtype))
 
 
 # -- broadcast -----------------------------------------------------------------------
@@ -122,4 +122,4 @@ def _iota_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any
 @register("iota", "n", attrs={"dtype": "i64"}, dtype=dtype_from_attr(), shape=_iota_rule, category=BROADCAST)
 def iota(n: int, *, dtype: str) -> torch.Tensor:
     """``[0, 1, ..., n-1]``; arange with other start/step is iota*step+start."""
-    return torch.arange(n, dtype=DTYPES[dtype])
+    return torch.arange(n, dtype=torch_dtype(dtype))

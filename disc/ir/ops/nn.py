@@ -40,8 +40,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
+from disc.ir.lazy_torch import torch
 from disc.ir.ops.indexing import require_ge
 from disc.ir.registry import (
     LIBRARY,

@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
+from disc.ir.lazy_torch import torch
 from disc.ir.registry import BROADCAST, ShapeContext, index_value, register, tensor
 from disc.ir.types import Type
 

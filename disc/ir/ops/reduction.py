@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
-
+from disc.ir.lazy_torch import torch
 from disc.ir.registry import REDUCTION, ShapeContext, ShapeRuleError, normalize_axis, register, same_dtype_as, tensor
 from disc.ir.types import Type
 

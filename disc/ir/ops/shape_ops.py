@@ -12,8 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
+from disc.ir.lazy_torch import torch
 from disc.ir.registry import SHAPE, ShapeContext, fixed_dtype, index_value, normalize_axis, register, tensor
 from disc.ir.types import Type
 from disc.shape.expr import SymExpr, as_expr, exact_divide
