@@ -25,7 +25,7 @@ import torch
 import disc
 from benchmarks.timing import interleaved_medians
 from benchmarks.workloads import get_workload
-from disc.runtime.backend import _segmented_executor
+from disc.driver import _segmented_executor
 
 SYSTEMS = ("eager", "native", "segments")
 

@@ -16,15 +16,15 @@ __version__ = "0.1.0"
 
 # The PyTorch API, by the module that defines each name.
 _TORCH_API = {
-    "CompiledModule": "disc.api",
-    "CompileReport": "disc.api",
-    "clear_reports": "disc.api",
+    "CompiledModule": "disc.compiled",
+    "CompileReport": "disc.report",
+    "clear_reports": "disc.report",
     "compile": "disc.api",
     "explain": "disc.api",
-    "reports": "disc.api",
+    "reports": "disc.report",
     "ArtifactError": "disc.runtime.artifact",
-    "load": "disc.runtime.artifact",
-    "save": "disc.runtime.artifact",
+    "load": "disc.api",
+    "save": "disc.api",
 }
 
 __all__ = ["CompileError", "DiscError", "InputError", "ShapeError", "release_memory", *_TORCH_API]

@@ -9,188 +9,25 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
-from disc.errors import CompileError, InputError
+from disc.compiled import CompiledModule
+from disc.driver import compile_graph, example_device
+from disc.errors import CompileError
 from disc.ir.graph import Graph
-from disc.ir.printer import print_graph
-from disc.runtime.backend import example_device, executor_device, make_executor
-from disc.runtime.checks import InputChecker
-from disc.runtime.constant_versions import ConstantVersions
-from disc.runtime.reference import ExecutionProfile
+from disc.report import CompileReport, clear_reports, record_report, reports
 from disc.shape.expr import parse_expr
+
+__all__ = ["CompileReport", "CompiledModule", "clear_reports", "compile", "explain", "load", "record_report", "reports", "save"]
 
 Constraints = Mapping[str, Any] | Sequence[str]
 logger = logging.getLogger("disc")
-
-
-@dataclass
-class CompileReport:
-    """What one compilation produced: IR, constraints, fallbacks, timing."""
-
-    name: str
-    source: str  # "disc.compile" or "torch.compile"
-    graph: Graph
-    fallbacks: dict[str, int]
-    compile_seconds: float
-    hints: dict[str, int] = field(default_factory=dict)
-    calls: int = 0
-    backend: Any = None  # BackendChoice: native-cpu or reference, and why
-    decomposed_because: str | None = None  # why torch.export's program needed run_decompositions
-    fallback_calls: dict[str, Any] = field(default_factory=dict)  # call key -> the importer's Fallback (what disc.save writes)
-    cache: str = ""  # what the program cache did: hit, miss and stored, off, or why it was not used
-
-    def text(self) -> str:
-        g = self.graph
-        lines = [f"== disc: {self.name} (via {self.source}) =="]
-        lines.append(f"compiled in {self.compile_seconds:.2f}s; calls so far: {self.calls}")
-        if self.hints:
-            lines.append("trace hints (dims grown off 0/1 so nothing specialises): " + ", ".join(f"{k}={v}" for k, v in self.hints.items()))
-        if self.source == "disc.compile":
-            why = self.decomposed_because
-            lines.append("capture: torch.export, " + (f"decomposed to core ATen ({why})" if why else "lowered as exported (no decomposition pass)"))
-        if self.cache:
-            lines.append(f"program cache: {self.cache}")
-        lines.append("")
-        lines.append("-- constraints --")
-        lines += ["  " + ln for ln in g.constraints.describe()] or ["  (none)"]
-        lines.append("")
-        lines.append("-- fallbacks (run by PyTorch) --")
-        if self.fallbacks:
-            lines += [f"  {target}: {count}" for target, count in sorted(self.fallbacks.items())]
-        else:
-            lines.append("  none: every op is compiled")
-        from disc.fusion.plan import plan_fusion
-
-        lines.append("")
-        lines.append("-- fusion plan --")
-        native_cpu = self.backend is not None and self.backend.name.startswith("native-cpu")
-        lines += ["  " + ln for ln in plan_fusion(g, conv_epilogues=native_cpu).describe().splitlines()]
-        lines.append("")
-        lines += self._backend_text()
-        counts = g.op_counts()
-        lines.append("")
-        lines.append("-- op counts --")
-        lines.append("  " + ", ".join(f"{op}={n}" for op, n in sorted(counts.items())))
-        lines.append("")
-        lines.append("-- IR --")
-        lines.append(print_graph(g))
-        return "\n".join(lines)
-
-
-    def _backend_text(self) -> list[str]:
-        choice = self.backend
-        if choice is not None and choice.segments is not None:
-            from disc.runtime.segments import describe_segments
-
-            return describe_segments(choice.segments)
-        if choice is not None and choice.triton is not None:
-            from disc.codegen.triton.explain import describe_triton
-
-            return describe_triton(choice.triton)
-        if choice is None or choice.native is None:
-            why = choice.reason if choice is not None else "no backend recorded"
-            return ["-- backend: reference executor (op by op, with torch) --", f"  {why}"]
-        from disc.codegen.cpu.explain import describe_native
-
-        return describe_native(choice.native)
-
-
-_REPORTS: list[CompileReport] = []
-_REPORTS_LOCK = threading.Lock()
-
-
-def record_report(report: CompileReport) -> None:
-    with _REPORTS_LOCK:
-        _REPORTS.append(report)
-
-
-def reports() -> list[CompileReport]:
-    """Every compilation made in this process (disc.compile and torch.compile)."""
-    with _REPORTS_LOCK:
-        return list(_REPORTS)
-
-
-def clear_reports() -> None:
-    with _REPORTS_LOCK:
-        _REPORTS.clear()
-
-
-class CompiledModule:
-    """A compiled program. Stateless across calls: safe to call from several threads."""
-
-    def __init__(self, report: CompileReport, executor: Any, input_names: list[str], out_spec: Any) -> None:
-        self.report = report
-        self.executor = executor
-        self.input_names = input_names
-        self.out_spec = out_spec
-        self._check_inputs = InputChecker(report.graph, input_names, executor_device(executor))
-        self._weights: ConstantVersions | None = None
-        self._compile_again: Callable[[list[torch.Tensor]], CompiledModule] | None = None
-        self._compilations = 1
-
-    @property
-    def graph(self) -> Graph:
-        return self.report.graph
-
-    @property
-    def num_compilations(self) -> int:
-        """1, whatever the shapes; one more each time the model's weights changed in place."""
-        return self._compilations
-
-    def watch_weights(self, weights: Mapping[str, torch.Tensor], compile_again: Callable[[list[torch.Tensor]], CompiledModule]) -> None:
-        """Compile again (``compile_again(inputs)``) at the first call after one of ``weights`` changes in place."""
-        self._weights = ConstantVersions(weights)
-        self._compile_again = compile_again
-
-    def _adopt(self, fresh: CompiledModule) -> None:
-        """Run ``fresh``'s program from now on (compiled from the same model with new weights)."""
-        self.report, self.executor, self._check_inputs = fresh.report, fresh.executor, fresh._check_inputs
-        self._compilations += 1
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        tensors = list(args)
-        if kwargs or len(tensors) < len(self.input_names):
-            for name in self.input_names[len(args) :]:
-                if name not in kwargs:
-                    raise InputError(f"missing input {name!r}; inputs are {self.input_names}")
-                tensors.append(kwargs.pop(name))
-            if kwargs:
-                raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
-        self._check_inputs(tensors)
-        if self._weights is not None and self._weights.changed() and self._compile_again is not None:
-            again = self._compile_again
-            self._weights.recompile_if_changed(self.report.name, lambda: self._adopt(again(tensors)))
-        self.report.calls += 1
-        # Entering no_grad costs ~2 us, a tenth of a small call: only when an input could start a graph.
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            with torch.no_grad():
-                outs = self.executor.run(tensors)
-        else:
-            outs = self.executor.run(tensors)
-        return pytree.tree_unflatten(outs, self.out_spec)
-
-
-    def save(self, folder: str | os.PathLike) -> Path:
-        """Write this program to ``folder``; ``disc.load(folder)`` runs it again without compiling."""
-        from disc.runtime.artifact import save
-
-        return save(self, folder)
-
-    def profile(self, *args: Any) -> ExecutionProfile:
-        """Kernels executed (memory-bound, library, fallback) and peak workspace at these inputs."""
-        self._check_inputs(list(args))
-        with torch.no_grad():
-            return self.executor.profile(list(args))
 
 
 def compile(
@@ -218,7 +55,6 @@ def compile(
     (see ``disc/runtime/program_cache.py`` for what the key covers).
     """
     from disc.frontends.torch.export import capture
-    from disc.passes.pipeline import run_pipeline
     from disc.runtime import program_cache
 
     if not isinstance(model, torch.nn.Module):
@@ -241,7 +77,7 @@ def compile(
             logger.warning("disc: the program cache could not key %s (%s: %s); compiling it", type(model).__name__, type(e).__name__, e)
             cached = f"not used: {type(e).__name__} while computing the key: {e}"
     if key is not None:
-        hit, cached = program_cache.lookup(key)
+        hit, cached = program_cache.lookup(key, load)
         if hit is not None:
             hit.report.cache = cached
             hit.report.compile_seconds = time.perf_counter() - start
@@ -250,12 +86,12 @@ def compile(
     captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
     graph = captured.importer.graph
     _apply_user_facts(graph, facts, ranges)
-    graph = run_pipeline(graph)
-    executor, choice = make_executor(graph, captured.importer.fallbacks, backend, example_device(example_inputs))
+    program = compile_graph(graph, captured.importer.fallbacks, backend=backend, device=example_device(example_inputs))
+    executor, choice = program.executor, program.choice
     report = CompileReport(
         name=type(model).__name__,
         source="disc.compile",
-        graph=graph,
+        graph=program.graph,
         fallbacks=dict(captured.importer.fallback_counts),
         compile_seconds=time.perf_counter() - start,
         hints=captured.hints,
@@ -270,6 +106,49 @@ def compile(
     record_report(report)
     _watch_weights(compiled, model, dict(dynamic=dynamic, constraints=constraints, backend=backend, cache=cache))
     return compiled
+
+
+def load(
+    folder: str | os.PathLike, *, backend: str | None = None, external: Mapping[str, torch.Tensor] | None = None, verify: bool = False
+) -> CompiledModule:
+    """The program ``disc.save`` wrote to ``folder``, ready to call at any shape.
+
+    A native CPU program opens its saved library (no lowering, no code generation, no C++
+    compile where it was built for this CPU); other programs (segments around PyTorch ops, GPU
+    programs, or another ``backend`` asked for) are built again from the saved IR by the
+    compile driver, without its passes. ``external``: the constants saved as external, by the
+    owner's names (program-cache entries). ``verify``: lower the IR again and refuse the folder
+    unless that gives its saved C++.
+    """
+    from disc.frontends.torch.importer import Fallback
+    from disc.runtime.artifact import read
+
+    start = time.perf_counter()
+    saved = read(folder, host_op=Fallback.from_json, backend=backend, external=external, verify=verify)
+    executor, choice = saved.executor, saved.choice
+    if executor is None:
+        program = compile_graph(saved.graph, saved.fallbacks, backend=saved.backend, device=saved.device, optimize=False)
+        executor, choice = program.executor, program.choice
+    report = CompileReport(
+        name=saved.name,
+        source="disc.load",
+        graph=saved.graph,
+        fallbacks=saved.fallback_counts,
+        compile_seconds=time.perf_counter() - start,
+        hints=dict(saved.capture.get("hints", {})),
+        decomposed_because=saved.capture.get("decomposed_because"),
+        backend=choice,
+        fallback_calls=saved.fallbacks,
+    )
+    record_report(report)
+    return CompiledModule(report, executor, saved.input_names, saved.out_spec)
+
+
+def save(compiled: CompiledModule, folder: str | os.PathLike) -> Path:
+    """Write ``compiled`` to ``folder`` (replacing a saved program there); ``load`` runs it again."""
+    from disc.runtime.artifact import save as write
+
+    return write(compiled, folder)
 
 
 def _watch_weights(compiled: CompiledModule, model: torch.nn.Module, options: dict[str, Any]) -> None:

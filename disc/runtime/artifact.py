@@ -39,8 +39,9 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,20 +138,45 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
     return folder
 
 
-def load(
-    folder: str | os.PathLike, *, backend: str | None = None, external: Mapping[str, torch.Tensor] | None = None, verify: bool = False
-) -> Any:
-    """The ``disc.CompiledModule`` saved in ``folder``, ready to call at any shape.
+@dataclass
+class SavedProgram:
+    """What ``read`` found in a folder. ``executor`` is the saved native program, opened; None
+    where the graph must be built again (segments, the GPU, another backend asked for): the
+    caller hands ``graph`` to the compile driver then."""
+
+    name: str
+    graph: Any
+    executor: Any
+    choice: Any  # BackendChoice of the opened native program, or None
+    backend: str  # what to build otherwise
+    device: str
+    fallbacks: dict[str, Any]
+    fallback_counts: dict[str, int]
+    input_names: list[str]
+    out_spec: Any
+    capture: dict[str, Any]
+
+
+def read(
+    folder: str | os.PathLike,
+    *,
+    host_op: Callable[[dict], Any],
+    backend: str | None = None,
+    external: Mapping[str, torch.Tensor] | None = None,
+    verify: bool = False,
+) -> SavedProgram:
+    """The program saved in ``folder`` (``disc.load`` makes it a ``CompiledModule``).
 
     ``backend`` as for ``disc.compile``; by default the backend it was saved with
-    (a native CPU program reuses its saved library where it is valid here).
+    (a native CPU program opens its saved library where it is valid here).
     ``external``: the constants saved as external, by the owner's names (``save``).
     ``verify``: lower the IR again and refuse the folder unless that gives its saved C++.
+    ``host_op``: the frontend's decoder of a host op saved as JSON (``Fallback.from_json`` for
+    PyTorch's), so that reading a folder needs no frontend.
     """
-    start = time.perf_counter()
     folder = Path(folder)
     try:
-        return _load(folder, start, backend, external, verify)
+        return _read(folder, host_op, backend, external, verify)
     except (DiscError, IRParseError):
         raise
     except InterfaceError as e:
@@ -161,15 +187,14 @@ def load(
         raise ArtifactError(f"saved program {folder} cannot be read: {type(e).__name__}: {e}") from e
 
 
-def _load(folder: Path, start: float, backend: str | None, external: Mapping[str, torch.Tensor] | None, verify: bool) -> Any:
-    from disc.api import CompiledModule, CompileReport, record_report
-    from disc.runtime.backend import BackendChoice, make_executor
+def _read(folder: Path, host_op: Callable[[dict], Any], backend: str | None, external: Mapping[str, torch.Tensor] | None, verify: bool) -> SavedProgram:
+    from disc.report import BackendChoice
 
     manifest = _read_manifest(folder)
     _check_manifest(folder, manifest)
     files = manifest["files"]
     # The parameters are the bulk of the bytes: they are read and hashed while the IR is parsed
-    # and lowered against placeholders of their shapes (lowering reads no parameter values).
+    # (against placeholders of their shapes) and the library opened.
     placeholders = {c["name"]: torch.empty(c["shape"], dtype=DTYPES[c["dtype"]], device="meta") for c in manifest["constants"] + manifest.get("external", [])}
     bound = _external_constants(folder, manifest, external)
     saved = manifest["backend"]
@@ -177,7 +202,7 @@ def _load(folder: Path, start: float, backend: str | None, external: Mapping[str
     # ops the code generator refuses to PyTorch, as it did then).
     chosen = backend or ("native" if saved == "native-cpu" else "auto" if saved.endswith(" segments") else saved)
     device = "cuda" if saved.startswith("triton") and torch.cuda.is_available() else "cpu"
-    fallbacks = _decoded_fallbacks(folder, manifest)
+    fallbacks = _decoded_fallbacks(folder, manifest, host_op)
     native = None
     with ThreadPoolExecutor(max_workers=1) as pool:
         constants = pool.submit(_constants, folder / "constants.bin", manifest)
@@ -187,6 +212,7 @@ def _load(folder: Path, start: float, backend: str | None, external: Mapping[str
             native = _native_build(folder, manifest, graph, verify)
         graph.constants.update(constants.result())
     graph.constants.update(bound)
+    executor = choice = None
     if native is not None:
         from disc.runtime.native import NativeExecutor, NativeRunError
 
@@ -194,22 +220,19 @@ def _load(folder: Path, start: float, backend: str | None, external: Mapping[str
             executor, choice = NativeExecutor(graph, native, _ral(folder, manifest)), BackendChoice("native-cpu", native=native)
         except NativeRunError as e:
             raise ArtifactError(f"saved program {folder}: interface.txt does not describe program.so ({e})") from e
-    else:
-        executor, choice = make_executor(graph, fallbacks, chosen, device)
-    capture = manifest.get("capture", {})  # absent in programs saved before it was written
-    report = CompileReport(
+    return SavedProgram(
         name=manifest["name"],
-        source="disc.load",
         graph=graph,
-        fallbacks=dict(manifest.get("fallback_counts", {})),
-        compile_seconds=time.perf_counter() - start,
-        hints=dict(capture.get("hints", {})),
-        decomposed_because=capture.get("decomposed_because"),
-        backend=choice,
-        fallback_calls=fallbacks,
+        executor=executor,
+        choice=choice,
+        backend=chosen,
+        device=device,
+        fallbacks=fallbacks,
+        fallback_counts=dict(manifest.get("fallback_counts", {})),
+        input_names=manifest["input_names"],
+        out_spec=pytree.treespec_loads(manifest["out_spec"]),
+        capture=manifest.get("capture", {}),  # absent in programs saved before it was written
     )
-    record_report(report)
-    return CompiledModule(report, executor, manifest["input_names"], pytree.treespec_loads(manifest["out_spec"]))
 
 
 def _external_constants(folder: Path, manifest: dict, given: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
@@ -241,13 +264,11 @@ def _encoded_fallbacks(report: Any) -> dict[str, dict]:
         raise ArtifactError(f"cannot save {report.name}: {e}") from e
 
 
-def _decoded_fallbacks(folder: Path, manifest: dict) -> dict[str, Any]:
+def _decoded_fallbacks(folder: Path, manifest: dict, host_op: Callable[[dict], Any]) -> dict[str, Any]:
     if not manifest.get("fallbacks"):
         return {}
-    from disc.frontends.torch.importer import Fallback
-
     try:
-        return {key: Fallback.from_json(call) for key, call in manifest["fallbacks"].items()}
+        return {key: host_op(call) for key, call in manifest["fallbacks"].items()}
     except (ValueError, KeyError, TypeError) as e:
         raise ArtifactError(f"saved program {folder}: a fallback in manifest.json cannot be read ({e})") from e
 

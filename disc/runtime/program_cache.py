@@ -49,7 +49,7 @@ import shutil
 import sys
 import sysconfig
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,9 +140,8 @@ def program_key(model: nn.Module, args: Sequence[Any], options: Mapping[str, Any
     return ProgramKey(h.hexdigest(), state)
 
 
-def lookup(key: ProgramKey) -> tuple[Any, str]:
-    """(the stored program or None, what happened, for the report)."""
-    from disc.runtime.artifact import load
+def lookup(key: ProgramKey, load: Callable[..., Any]) -> tuple[Any, str]:
+    """(the stored program or None, what happened, for the report); ``load`` is ``disc.load``."""
 
     folder = key.folder
     if not (folder / "manifest.json").is_file():

@@ -8,10 +8,10 @@ these check where tensors are placed, not values.
 import pytest
 import torch
 
+from disc.driver import example_device
 from disc.errors import InputError
 from disc.frontends.torch.importer import aligned_attention_bias
 from disc.ir.parser import parse_graph
-from disc.runtime.backend import example_device
 from disc.runtime.checks import InputChecker
 from disc.runtime.reference import ReferenceExecutor
 

@@ -311,9 +311,8 @@ def _compile_aten(
     the module's names of its parameters and buffers, for messages)."""
     from torch._functorch.aot_autograd import make_boxed_func
 
-    from disc.api import CompileReport, record_report
-    from disc.passes.pipeline import run_pipeline
-    from disc.runtime.backend import example_device, executor_device, make_executor
+    from disc.driver import compile_graph, example_device, executor_device
+    from disc.report import CompileReport, record_report
 
     if any(n.target is torch.ops.higher_order.with_effects for n in fx_gm.graph.nodes):
         # An op with side effects (linalg's error checks) threads an effect token, which
@@ -342,15 +341,15 @@ def _compile_aten(
     def build() -> tuple[Any, Any, CompileReport]:
         size_inputs = frozenset(placeholders[p].target for p in size_positions)
         importer = import_fx(fx_gm, specs, constants, name="dynamo_graph", allow_host_outputs=True, allow_rng=True, size_inputs=size_inputs)
-        graph = run_pipeline(importer.graph)
-        executor, choice = make_executor(graph, importer.fallbacks, device=example_device(fx_inputs))
+        program = compile_graph(importer.graph, importer.fallbacks, device=example_device(fx_inputs))
+        executor = program.executor
         report = CompileReport(
             name=title,
             source="torch.compile",
-            graph=graph,
+            graph=program.graph,
             fallbacks=dict(importer.fallback_counts),
             compile_seconds=time.perf_counter() - start,
-            backend=choice,
+            backend=program.choice,
             fallback_calls=dict(importer.fallbacks),
         )
         record_report(report)
@@ -502,14 +501,14 @@ class _HostOutputs:
 
 
 def _reports_from_dynamo() -> list[Any]:
-    from disc.api import reports
+    from disc.report import reports
 
     return [r for r in reports() if r.source == "torch.compile"]
 
 
 def _record_failure(gm: torch.fx.GraphModule, error: Exception, start: float, kind: str = "forward") -> None:
-    from disc.api import CompileReport, record_report
     from disc.ir.graph import Graph
+    from disc.report import CompileReport, record_report
 
     report = CompileReport(
         name=f"torch.compile graph ({kind}, NOT compiled: {type(error).__name__}: {error})",

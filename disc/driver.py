@@ -1,4 +1,11 @@
-"""Choosing how a compiled graph runs: the native CPU program, the Triton GPU program, or the reference executor.
+"""The one compile driver: a frontend's graph in, a program that runs it out.
+
+`compile_graph` is what every path runs (``disc.compile``, the torch.compile plug-in, and
+``disc.load`` for programs it cannot open as saved libraries): the pass pipeline, then the
+choice of how the graph runs, below. It sits above the runtime and the code generators and
+drives both; neither imports it.
+
+Choosing how a compiled graph runs: the native CPU program, the Triton GPU program, or the reference executor.
 
 ``backend="auto"`` (the default, or ``$DISC_BACKEND``) builds the program for
 the device the example inputs live on (the native CPU program, or the Triton
@@ -23,18 +30,32 @@ import torch
 
 from disc.errors import CompileError
 from disc.ir.graph import Graph, Node
+from disc.report import BackendChoice
 from disc.runtime.reference import ReferenceExecutor
 
 BACKENDS = ("auto", "native", "triton", "reference")
 
 
 @dataclass
-class BackendChoice:
-    name: str  # "native-cpu", "triton-gpu", "triton-interpreter" or "reference", with " segments" when cut at fallbacks
-    reason: str = ""  # why the reference executor runs it, when it does
-    native: Any = None  # NativeBuild of the native program
-    triton: Any = None  # TritonBuild of the GPU program
-    segments: Any = None  # SegmentPlan, when fallbacks run in PyTorch between compiled segments
+class Program:
+    """A compiled graph: the optimised IR, what runs it, and how that was chosen."""
+
+    graph: Graph
+    executor: Any
+    choice: BackendChoice
+
+
+def compile_graph(graph: Graph, host_ops: Mapping[str, Any], *, backend: str | None = None, device: str = "cpu", optimize: bool = True) -> Program:
+    """Optimise ``graph`` (the pass pipeline; ``optimize=False`` for an IR that already was, such
+    as a saved one) and build what runs it. ``host_ops``: the frontend's fallbacks by call key,
+    the ops the host framework runs between compiled segments; ``device``: the device type of
+    the inputs ("cpu", "cuda"); ``backend`` as for ``disc.compile``."""
+    from disc.passes.pipeline import run_pipeline
+
+    if optimize:
+        graph = run_pipeline(graph)
+    executor, choice = make_executor(graph, host_ops, backend, device)
+    return Program(graph, executor, choice)
 
 
 def example_device(examples: Any) -> str:
