@@ -280,6 +280,7 @@ def test_prelude_can_be_turned_off(monkeypatch):
 def test_files_of_abandoned_builds_are_swept(cache, monkeypatch):
     # A process killed mid-build left its temporary library and split units in the cache forever.
     import os
+    import threading
     import time
 
     entry = cache / "0123abcd"
@@ -297,6 +298,18 @@ def test_files_of_abandoned_builds_are_swept(cache, monkeypatch):
     assert not any(p.exists() for p in old)
     assert fresh.exists() and kept.exists()
     assert toolchain.sweep_stale_files(cache) == 0  # once per process and cache
+    # ... and once a day over all processes: the next process within the day lists nothing.
+    assert (cache / ".last-sweep").is_file()
+    later = entry / ".program.k4.so.tmp"
+    later.write_bytes(b"x")
+    os.utime(later, (hour_ago, hour_ago))
+    monkeypatch.setattr(toolchain, "_swept", set())
+    toolchain.build(SOURCE % 3, "answer")
+    assert later.exists() and not [t for t in threading.enumerate() if "sweep" in t.name]
+    os.utime(cache / ".last-sweep", (time.time() - toolchain.SWEEP_EVERY - 60,) * 2)
+    monkeypatch.setattr(toolchain, "_swept", set())
+    toolchain.build(SOURCE % 3, "answer")
+    assert not later.exists()
 
 
 def test_a_cache_others_can_write_is_refused(cache, monkeypatch):

@@ -406,6 +406,30 @@ _swept: set[Path] = set()
 _sweep_lock = threading.Lock()
 
 
+SWEEP_EVERY = 24 * 3600  # seconds between sweeps of one cache, over all processes
+
+
+def sweep_if_due(root: Path) -> int:
+    """`sweep_stale_files` once a day per cache (``.last-sweep`` in it records when), not in every
+    process: listing a cache of thousands of entries costs a second cold, and a sweep on a
+    background thread made the first seconds of calls after a compile 1.5x slower (it took the
+    GIL back after each of its ~10^4 system calls)."""
+    marker = root / ".last-sweep"
+    try:
+        if time.time() - marker.stat().st_mtime < SWEEP_EVERY:
+            with _sweep_lock:
+                _swept.add(root)
+            return 0
+    except OSError:  # never swept, or no cache yet
+        pass
+    removed = sweep_stale_files(root)
+    try:
+        marker.touch()
+    except OSError:  # a read-only cache: swept again next time
+        pass
+    return removed
+
+
 def sweep_stale_files(root: Path, older_than: float = STALE_SECONDS) -> int:
     """Delete abandoned build files under ``root``'s entries, once per process and root; returns how many."""
     with _sweep_lock:
@@ -456,8 +480,8 @@ def build(
     """
     compiler, incs, key = _resolve(source, flags, libs, include_dirs)
     root = cache_dir()
-    if root not in _swept:  # off the caller's path: a large cache takes a while to list
-        threading.Thread(target=sweep_stale_files, args=(root,), name="disc-cache-sweep", daemon=True).start()
+    if root not in _swept:
+        sweep_if_due(root)
     stem = _safe_name(name)
     entry = root / key[:32]
     so, sidecar, src = entry / f"{stem}.so", entry / f"{stem}.so.json", entry / f"{stem}.cc"
