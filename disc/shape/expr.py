@@ -6,7 +6,7 @@ floor division of a polynomial by a positive integer constant (conv, pool and
 slice output sizes). Expressions are kept in one canonical form, so two
 expressions that are equal as polynomials are equal as Python objects and hash
 alike; that is what makes CSE of shape expressions and "same shape?" queries
-cheap. We deliberately avoid sympy here (see docs/architecture.md).
+cheap. We deliberately avoid sympy here (see docs/internals.md).
 """
 
 from __future__ import annotations

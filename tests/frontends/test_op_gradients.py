@@ -222,7 +222,7 @@ def test_gradient_matches_eager(name: str) -> None:
         if general_seen and len(disc.reports()) > compiled_before and (b, n) not in case.recompiles:
             recompiled_at.append((b, n))
         general_seen |= min(b, n) > 1
-    # Dynamo makes a dim that is 1 at a frame's first trace a constant (docs/architecture.md, "Plug-in mode");
+    # Dynamo makes a dim that is 1 at a frame's first trace a constant (docs/internals.md, "Plug-in mode");
     # once a graph was traced at sizes above 1, no size-1 call may compile again.
     assert not recompiled_at, f"{name}: compiled again at {recompiled_at}"
     new = disc.reports()[before:]

@@ -12,7 +12,7 @@ Outputs must be within 1e-4 of eager (relative to the output's scale), every gra
 gradient: a gradient that is 0 in theory (a key bias under softmax) is rounding noise in eager
 too. Once a graph was traced at sizes above 1, no later call may compile again (dynamo makes
 a dim that is 1 at a frame's first trace a constant, so a stream starting at 1 compiles that
-first graph for the 1; docs/architecture.md, "Plug-in mode").
+first graph for the 1; docs/internals.md, "Plug-in mode").
 
 CI runs a subset per architecture (``CI_PLUGIN_MODE``); ``DISC_HF_FULL=1`` runs all three modes.
 

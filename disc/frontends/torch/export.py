@@ -8,7 +8,7 @@ own data so token ids stay in range and masks stay masks. Nothing in the
 captured program depends on the hint: disc re-derives every shape with its
 own symbolic rules, and each decision torch made assuming "this dim is not 1"
 (a kept squeeze, a broadcast resolved at trace time) becomes a runtime check
-or a runtime broadcast in disc's IR. See docs/architecture.md, "Frontend".
+or a runtime broadcast in disc's IR. See docs/internals.md, "Frontend".
 """
 
 from __future__ import annotations
