@@ -109,7 +109,12 @@ def compile(
 
 
 def load(
-    folder: str | os.PathLike, *, backend: str | None = None, external: Mapping[str, torch.Tensor] | None = None, verify: bool = False
+    folder: str | os.PathLike,
+    *,
+    backend: str | None = None,
+    external: Mapping[str, torch.Tensor] | None = None,
+    external_digests: Mapping[str, str] | None = None,
+    verify: bool = False,
 ) -> CompiledModule:
     """The program ``disc.save`` wrote to ``folder``, ready to call at any shape.
 
@@ -117,14 +122,15 @@ def load(
     compile where it was built for this CPU); other programs (segments around PyTorch ops, GPU
     programs, or another ``backend`` asked for) are built again from the saved IR by the
     compile driver, without its passes. ``external``: the constants saved as external, by the
-    owner's names (program-cache entries). ``verify``: lower the IR again and refuse the folder
+    owner's names (program-cache entries), with ``external_digests`` their SHA-256 by the same
+    names (checked against the entry's). ``verify``: lower the IR again and refuse the folder
     unless that gives its saved C++.
     """
     from disc.frontends.torch.importer import Fallback
     from disc.runtime.artifact import read
 
     start = time.perf_counter()
-    saved = read(folder, host_op=Fallback.from_json, backend=backend, external=external, verify=verify)
+    saved = read(folder, host_op=Fallback.from_json, backend=backend, external=external, external_digests=external_digests, verify=verify)
     executor, choice = saved.executor, saved.choice
     if executor is None:
         program = compile_graph(saved.graph, saved.fallbacks, backend=saved.backend, device=saved.device, optimize=False)

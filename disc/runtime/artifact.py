@@ -63,12 +63,13 @@ class ArtifactError(DiscError):
     """A saved program cannot be written or read (the message names the file and the reason)."""
 
 
-def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str] | None = None) -> Path:
+def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str] | None = None, external_digests: Mapping[str, str] | None = None) -> Path:
     """Write ``compiled`` (a ``disc.CompiledModule``) to ``folder``, replacing what is there.
 
     ``external`` maps constants the folder does not hold to the name their owner knows them by
     (the program cache leaves a model's parameters in the model); ``load`` must then be given
-    them.
+    them. ``external_digests`` (owner name -> SHA-256 of the owner's tensor) binds each to its
+    bytes: a cache entry whose names were edited is refused, not run on the wrong weights.
     """
     folder = Path(folder)
     report = compiled.report
@@ -98,6 +99,7 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
         if external:
             manifest["external"] = [
                 {"name": k, "owner_name": external[k], "dtype": dtype_of_torch(graph.constants[k].dtype), "shape": list(graph.constants[k].shape)}
+                | ({"sha256": external_digests[external[k]]} if external_digests and external[k] in external_digests else {})
                 for k in external
             ]
         capture = {"hints": report.hints, "decomposed_because": report.decomposed_because}
@@ -163,20 +165,22 @@ def read(
     host_op: Callable[[dict], Any],
     backend: str | None = None,
     external: Mapping[str, torch.Tensor] | None = None,
+    external_digests: Mapping[str, str] | None = None,
     verify: bool = False,
 ) -> SavedProgram:
     """The program saved in ``folder`` (``disc.load`` makes it a ``CompiledModule``).
 
     ``backend`` as for ``disc.compile``; by default the backend it was saved with
     (a native CPU program opens its saved library where it is valid here).
-    ``external``: the constants saved as external, by the owner's names (``save``).
+    ``external``: the constants saved as external, by the owner's names (``save``), and
+    ``external_digests`` their SHA-256 by the same names, checked against the ones saved.
     ``verify``: lower the IR again and refuse the folder unless that gives its saved C++.
     ``host_op``: the frontend's decoder of a host op saved as JSON (``Fallback.from_json`` for
     PyTorch's), so that reading a folder needs no frontend.
     """
     folder = Path(folder)
     try:
-        return _read(folder, host_op, backend, external, verify)
+        return _read(folder, host_op, backend, external, external_digests, verify)
     except (DiscError, IRParseError):
         raise
     except InterfaceError as e:
@@ -187,7 +191,14 @@ def read(
         raise ArtifactError(f"saved program {folder} cannot be read: {type(e).__name__}: {e}") from e
 
 
-def _read(folder: Path, host_op: Callable[[dict], Any], backend: str | None, external: Mapping[str, torch.Tensor] | None, verify: bool) -> SavedProgram:
+def _read(
+    folder: Path,
+    host_op: Callable[[dict], Any],
+    backend: str | None,
+    external: Mapping[str, torch.Tensor] | None,
+    external_digests: Mapping[str, str] | None,
+    verify: bool,
+) -> SavedProgram:
     from disc.report import BackendChoice
 
     manifest = _read_manifest(folder)
@@ -196,7 +207,7 @@ def _read(folder: Path, host_op: Callable[[dict], Any], backend: str | None, ext
     # The parameters are the bulk of the bytes: they are read and hashed while the IR is parsed
     # (against placeholders of their shapes) and the library opened.
     placeholders = {c["name"]: torch.empty(c["shape"], dtype=DTYPES[c["dtype"]], device="meta") for c in manifest["constants"] + manifest.get("external", [])}
-    bound = _external_constants(folder, manifest, external)
+    bound = _external_constants(folder, manifest, external, external_digests)
     saved = manifest["backend"]
     # A program cut at fallbacks is rebuilt segment by segment, as compiled ("auto" moves the
     # ops the code generator refuses to PyTorch, as it did then).
@@ -235,8 +246,10 @@ def _read(folder: Path, host_op: Callable[[dict], Any], backend: str | None, ext
     )
 
 
-def _external_constants(folder: Path, manifest: dict, given: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
-    """The graph's constants that ``folder`` does not hold, taken from ``given`` and checked."""
+def _external_constants(folder: Path, manifest: dict, given: Mapping[str, torch.Tensor] | None, digests: Mapping[str, str] | None) -> dict[str, torch.Tensor]:
+    """The graph's constants that ``folder`` does not hold, taken from ``given`` and checked: dtype,
+    shape and, where both sides have it, the SHA-256 of the bytes the program was compiled with
+    (two same-shaped weights whose names were swapped in the entry would otherwise run silently wrong)."""
     wanted = manifest.get("external", [])
     if wanted and given is None:
         raise ArtifactError(f"{folder} is a program-cache entry, not a saved program: its parameters stay in the model it was compiled from")
@@ -249,6 +262,8 @@ def _external_constants(folder: Path, manifest: dict, given: Mapping[str, torch.
             raise ArtifactError(
                 f"{folder}: the model's {c['owner_name']!r} is {dtype_of_torch(t.dtype)}{list(t.shape)}, the program was compiled for {c['dtype']}{c['shape']}"
             )
+        if "sha256" in c and digests is not None and digests.get(c["owner_name"]) != c["sha256"]:
+            raise ArtifactError(f"{folder}: constant {c['name']!r} is bound to the model's {c['owner_name']!r}, whose bytes are not the ones it was compiled with")
         out[c["name"]] = t.detach().contiguous()
     return out
 
@@ -516,6 +531,7 @@ def _check_manifest(folder: Path, manifest: dict) -> None:
         need(isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape), f"constant {c['name']!r} has a bad shape {shape!r}")
     for c in external:
         need(isinstance(c.get("owner_name"), str), f"external constant {c['name']!r} needs its owner's name")
+        need("sha256" not in c or (isinstance(c["sha256"], str) and len(c["sha256"]) == 64), f"external constant {c['name']!r} has a bad sha256")
     native = manifest.get("native")
     if native is not None:
         ok = isinstance(native, dict) and isinstance(native.get("key"), str) and isinstance(native.get("host"), str)

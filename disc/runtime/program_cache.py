@@ -51,7 +51,7 @@ import sysconfig
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,7 @@ class Uncacheable(Exception):
 class ProgramKey:
     digest: str
     state: dict[str, torch.Tensor]  # the model's parameters and buffers, by state-dict name
+    digests: dict[str, str] = field(default_factory=dict)  # state-dict name -> SHA-256 of the tensor (computed for the key)
 
     @property
     def folder(self) -> Path:
@@ -133,11 +134,12 @@ def program_key(model: nn.Module, args: Sequence[Any], options: Mapping[str, Any
             raise Uncacheable(f"input {i} is a {type(a).__name__}, not a tensor")
         feed("input", i, a.dtype, tuple(a.shape), tuple(a.stride()), a.device.type, a.requires_grad, type(a).__name__)
     tensors = [(f"state {k}", v) for k, v in state.items()]
-    for (what, _), digest in zip(tensors, _tensor_digests(tensors)):
+    digests = _tensor_digests(tensors)
+    for (what, _), digest in zip(tensors, digests):
         feed(what, digest)
     for k in sorted(options):
         feed(k, _encode(options[k], k, ctx, 0))
-    return ProgramKey(h.hexdigest(), state)
+    return ProgramKey(h.hexdigest(), state, dict(zip(state, digests)))
 
 
 def lookup(key: ProgramKey, load: Callable[..., Any]) -> tuple[Any, str]:
@@ -147,7 +149,7 @@ def lookup(key: ProgramKey, load: Callable[..., Any]) -> tuple[Any, str]:
     if not (folder / "manifest.json").is_file():
         return None, "miss"
     try:
-        compiled = load(folder, external=key.state)
+        compiled = load(folder, external=key.state, external_digests=key.digests)
     except Exception as e:  # a damaged entry, or one another disc wrote: never used, compiled again
         logger.warning("disc: program cache entry %s cannot be loaded (%s); compiling again", folder, e)
         shutil.rmtree(folder, ignore_errors=True)
@@ -163,7 +165,7 @@ def store(key: ProgramKey, compiled: Any) -> str:
     owners = {_tensor_identity(t): name for name, t in key.state.items()}
     external = {ref: owners[_tensor_identity(t)] for ref, t in compiled.graph.constants.items() if _tensor_identity(t) in owners}
     try:
-        save(compiled, key.folder, external=external)
+        save(compiled, key.folder, external=external, external_digests={owner: key.digests[owner] for owner in external.values() if owner in key.digests})
     except Exception as e:  # e.g. an output structure or a fallback the artifact format cannot write
         logger.info("disc: not stored in the program cache: %s", e)
         return f"not stored: {e}"

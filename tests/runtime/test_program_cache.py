@@ -334,3 +334,25 @@ def test_a_fresh_process_compiling_the_same_model_hits(tmp_path):
         outcomes.append(what)
         assert float(err) < 1e-4
     assert outcomes == ["miss", "hit"]
+
+
+def test_an_entry_whose_weight_names_were_swapped_is_not_run(programs):
+    """Issue 48: swapping the owner names of two same-shaped weights in an entry's manifest made every later
+    process run the program on the wrong weights, as a cache hit. Each external weight is bound to the SHA-256
+    of the bytes it was compiled with (the key computes it anyway): the edited entry is refused and compiled again."""
+    first = disc.compile(_model(), _example(), dynamic=DYN)
+    assert first.report.cache.startswith("miss; stored as ")
+    (folder,) = programs.iterdir()
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text())
+    entries = {c["owner_name"]: c for c in manifest["external"]}
+    assert all("sha256" in c for c in entries.values())
+    a, b = entries["scale"], entries["down.bias"]  # both f32[12]
+    assert (a["dtype"], a["shape"]) == (b["dtype"], b["shape"])
+    a["owner_name"], b["owner_name"] = b["owner_name"], a["owner_name"]
+    path.write_text(json.dumps(manifest))
+    model = _model()
+    again = disc.compile(model, _example(), dynamic=DYN)
+    assert again.report.cache.startswith("miss: the entry could not be loaded"), again.report.cache
+    assert "whose bytes are not the ones it was compiled with" in again.report.cache
+    _check(model, again)
