@@ -52,8 +52,9 @@ typedef struct disc_error {
 } disc_error;
 
 /* What an input or output is. `dims[d]` is the dim's text: a number ("768") for a static dim,
- * the symbol's name ("batch", "s0") for a dynamic one, "?" for one the program computes.
- * The strings belong to the model and live as long as it. */
+ * the symbol's name ("batch", "s0") for a dynamic one, "?" for one the program computes; the
+ * array ends with a null pointer after its `rank` entries. The strings belong to the model and
+ * live as long as it. */
 typedef struct disc_tensor_info {
   const char* name;
   int32_t dtype;
@@ -82,16 +83,18 @@ int32_t disc_model_num_outputs(const disc_model* model);
 int32_t disc_model_input_info(const disc_model* model, int32_t index, disc_tensor_info* info);
 int32_t disc_model_output_info(const disc_model* model, int32_t index, disc_tensor_info* info);
 
-/* The dtype, rank and shape of every output for these inputs (their data is not read): what a
- * caller allocates before disc_model_run. An output whose length depends on the data (a
- * nonzero's count) gets the most it can be. */
+/* The dtype, rank and shape of every output for these inputs (their data is not read, and the
+ * outputs' `data` is left as it is): what a caller allocates before disc_model_run. An output
+ * whose length depends on the data (a nonzero's count) gets the most it can be. */
 int32_t disc_model_output_shapes(const disc_model* model, const disc_tensor* inputs, int32_t num_inputs,
                                  disc_tensor* outputs, int32_t num_outputs, disc_error* error);
 
 /* Run the program. For each output, `data` null asks the runtime to allocate it (release it with
- * disc_free); otherwise it must hold as many elements as disc_model_output_shapes gave. On
- * success each output's dtype, rank and shape are the ones it was computed at (a data-dependent
- * output may be shorter than its buffer; its elements come first). */
+ * disc_free); otherwise it must hold as many elements as disc_model_output_shapes gave (the
+ * runtime cannot check a caller's buffer size). On success each output's dtype, rank and shape
+ * are the ones it was computed at (a data-dependent output may be shorter than its buffer; its
+ * elements come first). On failure nothing is allocated (outputs whose `data` was null stay
+ * null), but a caller's buffers may have been partly written. */
 int32_t disc_model_run(const disc_model* model, const disc_tensor* inputs, int32_t num_inputs,
                        disc_tensor* outputs, int32_t num_outputs, disc_error* error);
 
