@@ -25,7 +25,6 @@ import copy
 import ctypes
 import math
 import os
-import platform
 import statistics
 import time
 import warnings
@@ -453,14 +452,9 @@ def memory_bound_micro(quick: bool, peak_gbs: float, progress: Progress | None =
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from disc.codegen.cpu.toolchain import cpu_model
+
+    return cpu_model()
 
 
 def _load_average() -> list[float] | None:

@@ -90,9 +90,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 def _runtime_library(folder: Path) -> ctypes.CDLL:
     """This machine's runtime library (built once where a C++ compiler is), else the folder's ``ral.so``."""
-    from disc.codegen.cpu import toolchain
     from disc.errors import CompileError
-    from disc.runtime.ral_build import runtime_library
+    from disc.runtime.ral_build import preload_dnnl, runtime_library
 
     try:
         path = runtime_library()
@@ -102,9 +101,7 @@ def _runtime_library(folder: Path) -> ctypes.CDLL:
     with _lib_lock:
         lib = _libs.get(str(path))
         if lib is None:
-            root = toolchain.dnnl_root()  # the saved library's rpath may name another machine's environment
-            if root is not None and (root / "lib" / "libdnnl.so.3").is_file():
-                ctypes.CDLL(str(root / "lib" / "libdnnl.so.3"))
+            preload_dnnl()  # the saved library's rpath may name another machine's environment
             try:
                 lib = _libs[str(path)] = _bind(ctypes.CDLL(str(path)))
             except (OSError, AttributeError) as e:

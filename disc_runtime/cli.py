@@ -11,7 +11,6 @@ and prints latency percentiles with the CPU they ran on.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from pathlib import Path
@@ -19,18 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import disc_runtime
+from disc.codegen.cpu.toolchain import cpu_model
 from disc.errors import DiscError
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _read(path: str) -> np.ndarray:
@@ -78,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 model.run(named) if named else model.run(*inputs)
                 times.append((time.perf_counter() - start) * 1e3)
             p50, p90, p99 = np.percentile(times, [50, 90, 99])
-            print(f"{args.bench} calls on {_cpu_model()}: p50 {p50:.3f} ms, p90 {p90:.3f} ms, p99 {p99:.3f} ms, mean {np.mean(times):.3f} ms")
+            print(f"{args.bench} calls on {cpu_model()}: p50 {p50:.3f} ms, p90 {p90:.3f} ms, p99 {p99:.3f} ms, mean {np.mean(times):.3f} ms")
     except DiscError as e:
         print(f"disc-run: {e}", file=sys.stderr)
         return 2 if isinstance(e, (disc_runtime.InputError, disc_runtime.ShapeError)) else 1

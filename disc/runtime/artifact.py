@@ -359,7 +359,7 @@ def _standalone_needs(report: Any, external: Mapping[str, str]) -> list[str]:
 def _interface(compiled: Any, constants: list[dict], files: dict, needs: list[str]) -> ProgramInterface:
     """``interface.txt`` of ``compiled`` (``runtime/interface.py``): everything a host needs to call it."""
     from disc.codegen.cpu.toolchain import host_digest
-    from disc.runtime.interface import Constant, Output, Symbol, TensorSpec, dim_text
+    from disc.runtime.interface import LOWERED_KIND, Constant, Output, Symbol, TensorSpec, dim_text
     from disc.runtime.ral import ABI_VERSION
 
     report = compiled.report
@@ -388,7 +388,7 @@ def _interface(compiled: Any, constants: list[dict], files: dict, needs: list[st
     native = report.backend.native if report.backend is not None else None
     if native is not None:
         sig = native.signature
-        kinds = {"buffer": "buffer", "input": "input", "const": "constant", "same": "same"}
+        kinds = {lowered: kind for kind, lowered in LOWERED_KIND.items()}
         iface.arguments = list(sig.arguments)
         iface.buffers = list(sig.buffers)
         iface.data_dependent = sig.data_dependent
@@ -412,20 +412,6 @@ def _ral(folder: Path, manifest: dict) -> Any:
         _checked_bytes(folder / "ral.so", manifest["files"]["ral.so"])
         preload_dnnl()  # its rpath names the Python environment it was built in, maybe not this one
         return open_ral(folder / "ral.so")
-
-
-def _built_for_here(source: str, options: dict, saved: dict) -> bool:
-    """Was the saved library built from this source with this compiler for this CPU?
-
-    Without a C++ compiler (a deployment machine) the compiler cannot be
-    compared, and the CPU alone decides: the library needs nothing else.
-    """
-    from disc.codegen.cpu.toolchain import build_key, host_digest
-
-    try:
-        return build_key(source, **options) == saved["key"]
-    except CompileError:  # no compiler here
-        return host_digest() == saved["host"]
 
 
 # -- files ----------------------------------------------------------------------------------------

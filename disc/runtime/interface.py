@@ -37,6 +37,8 @@ VERSION = 1
 DTYPE_NAMES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1")  # DISC_F16.. in disc_runtime.h
 DTYPE_SIZES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8, "i1": 1}
 OUTPUT_KINDS = ("buffer", "input", "constant", "same")
+# The same kinds as `LoweredProgram.outputs` names them (the lowering's "const" is "constant" here).
+LOWERED_KIND = {"buffer": "buffer", "input": "input", "constant": "const", "same": "same"}
 _NAME = re.compile(r"[!-~]+")  # printable ASCII, no space
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -261,12 +263,14 @@ def _check(iface: ProgramInterface, where: str) -> None:
     # Every copy a host makes is sized from this file alone.
     need(len(symbols) == len(iface.symbols), "a symbol is listed twice")
     for k, o in enumerate(iface.outputs):
-        source = {"input": lambda: iface.inputs[o.where], "same": lambda: iface.outputs[o.where].spec}.get(o.kind)
-        if o.kind == "constant" and o.where in consts:
-            c = consts[o.where]
-            source = lambda c=c: TensorSpec(c.name, c.dtype, c.shape)
-        if source is not None:
-            src = source()
-            need(src.dtype == o.spec.dtype and src.rank == o.spec.rank, f"output {k} is not the dtype and rank of what it passes on")
+        if o.kind == "input":
+            src = iface.inputs[o.where]
+        elif o.kind == "same":
+            src = iface.outputs[o.where].spec
+        elif o.kind == "constant" and o.where in consts:
+            src = TensorSpec(o.where, consts[o.where].dtype, consts[o.where].shape)
+        else:
+            continue
+        need(src.dtype == o.spec.dtype and src.rank == o.spec.rank, f"output {k} is not the dtype and rank of what it passes on")
     for b, (_, rank) in enumerate(iface.buffers):
         need(rank <= 16, f"buffer {b} has rank {rank}, more than 16")

@@ -32,7 +32,7 @@ from disc.codegen.lowering import LoweredProgram, resolve_outputs, workspace_byt
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
-from disc.runtime.interface import ProgramInterface
+from disc.runtime.interface import LOWERED_KIND, ProgramInterface
 from disc.runtime.reference import ExecutionProfile
 
 
@@ -59,8 +59,7 @@ class NativeSignature:
 
     @staticmethod
     def of_interface(iface: ProgramInterface) -> NativeSignature:
-        kinds = {"buffer": "buffer", "input": "input", "constant": "const", "same": "same"}
-        outputs = tuple((kinds[o.kind], o.where) for o in iface.outputs)
+        outputs = tuple((LOWERED_KIND[o.kind], o.where) for o in iface.outputs)
         return NativeSignature(tuple(iface.arguments), tuple(iface.buffers), outputs, iface.data_dependent)
 
 
@@ -205,7 +204,8 @@ class NativeExecutor:
         # program): the library must state the same, or it would read past them.
         stated = lib.disc_signature
         stated.restype, stated.argtypes = ctypes.c_char_p, []
-        expected = signature_text([len(n.shape) for n in graph.inputs], sig.buffers, len(sig.arguments), sig.data_dependent)
+        self._ranks = [len(n.shape) for n in graph.inputs]
+        expected = signature_text(self._ranks, sig.buffers, len(sig.arguments), sig.data_dependent)
         if stated().decode() != expected:
             raise NativeRunError(f"{native.build.path} states the signature {stated().decode()!r}; its description gives {expected!r}")
         # Parameters stay alive (and at fixed addresses) for the life of the executor.
@@ -214,7 +214,6 @@ class NativeExecutor:
         if self._consts:  # the RAL's packed copies of them (conv weights) go when the last program does
             self.ral.hold_constants(self._const_ptrs, len(self._consts), True)
             weakref.finalize(self, self.ral.hold_constants, self._const_ptrs, len(self._consts), False)
-        self._ranks = [len(n.shape) for n in graph.inputs]
         self._out_meta = [(rank, DTYPES[dtype]) for dtype, rank in sig.buffers]
         # The ctypes array types of a call's arguments, made once (a call only fills them).
         self._dims_t = ctypes.c_int64 * max(sum(self._ranks), 1)

@@ -8,6 +8,7 @@ programs use the runtime half. Importing this module needs only the toolchain.
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +41,21 @@ def build_ral(variant: Variant = "auto") -> toolchain.BuildResult:
     use_dnnl = resolve_variant(variant) == "dnnl"
     flags, libs = toolchain.dnnl_build_args() if use_dnnl else ([], [])
     return toolchain.build(ral_source(), "ral_cpu" if use_dnnl else "ral_cpu_builtin", flags=flags, libs=libs)
+
+
+def preload_dnnl() -> bool:
+    """Load this environment's ``libdnnl.so.3``; True if there is one.
+
+    A RAL built on another machine (a saved program's ``ral.so``) finds oneDNN through an rpath
+    into that machine's Python environment. Once this environment's copy is loaded, the
+    dynamic loader satisfies the dependency by its soname, wherever the rpath points.
+    """
+    root = toolchain.dnnl_root()
+    lib = root / "lib" / "libdnnl.so.3" if root is not None else None
+    if lib is None or not lib.is_file():
+        return False
+    ctypes.CDLL(str(lib))
+    return True
 
 
 def runtime_library(variant: Variant = "auto") -> Path:

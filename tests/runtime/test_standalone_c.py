@@ -59,15 +59,9 @@ class CError(Exception):
 
 
 def _library() -> Path:
-    """The RAL library holding runtime.cc (built here if disc does not provide it yet)."""
-    try:
-        from disc.runtime.ral_build import runtime_library
-    except ImportError:
-        from disc.codegen.cpu import toolchain
+    """The RAL library holding runtime.cc."""
+    from disc.runtime.ral_build import runtime_library
 
-        source = (RAL_DIR / "ral_cpu.cc").read_text() + "\n" + (RAL_DIR / "runtime.cc").read_text()
-        flags, libs = toolchain.dnnl_build_args() if toolchain.have_dnnl() else ([], [])
-        return toolchain.build(source, "disc_runtime_test", flags=flags, libs=libs).path
     return runtime_library()
 
 

@@ -201,6 +201,18 @@ def _host_identity() -> str:
     return f"{platform.machine()}\n{cpu}"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (for reports beside measurements)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _cache_key(compiler: str, source: str, flags: Sequence[str], libs: Sequence[str], include_dirs: Sequence[str]) -> str:
     h = hashlib.sha256()
     # The RAL's headers, which every program and the RAL include, change what they compile to.

@@ -20,13 +20,11 @@ from pathlib import Path
 
 import torch
 
-from disc.codegen.cpu import toolchain
 from disc.errors import RuntimeFailure
-from disc.runtime.ral_build import Variant, build_ral, resolve_variant
+from disc.runtime.ral_build import Variant, build_ral, preload_dnnl, resolve_variant
 
 ABI_VERSION = 5
 MAX_BATCH_DIMS = 6
-RAL_DIR = Path(__file__).resolve().parent
 
 _i64 = ctypes.c_int64
 _i32 = ctypes.c_int32
@@ -450,21 +448,6 @@ def load_ral(variant: Variant = "auto") -> Ral:
         if ral is None:
             ral = _loaded[resolved] = open_ral(build_ral(resolved).path)  # type: ignore[arg-type]
         return ral
-
-
-def preload_dnnl() -> bool:
-    """Load this environment's ``libdnnl.so.3``; True if there is one.
-
-    A RAL built on another machine (a saved program's ``ral.so``) finds oneDNN through an rpath
-    into that machine's Python environment. Once this environment's copy is loaded, the
-    dynamic loader satisfies the dependency by its soname, wherever the rpath points.
-    """
-    root = toolchain.dnnl_root()
-    lib = root / "lib" / "libdnnl.so.3" if root is not None else None
-    if lib is None or not lib.is_file():
-        return False
-    ctypes.CDLL(str(lib))
-    return True
 
 
 def open_ral(path: Path) -> Ral:
