@@ -7,13 +7,15 @@
 # 2. the third-party model suite on CUDA (tests/third_party/gpu_suite.sh): every architecture in
 #    fp32 (TF32 off and on), bf16, f16 and autocast, inference and training, against eager;
 #    beside it, the Triton backend's and the CUDA graphs' own tests on the GPU.
+# BENCH_ARGS replaces the benchmark's --quick (e.g. "--parts profile --dtype bf16"); SUITE_SECONDS is
+# the suite's wall time (pairs not started by then are "not reached"), PAIR_SECONDS one pair's limit.
 set -u
 out=${OUT:-device-check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-timeout "${BENCH_SECONDS:-200}" python3 -m benchmarks.gpu --quick --out "$out/bench" 2>&1 | tee "$out/bench.log"
-timeout "${SUITE_SECONDS:-210}" python3 -m pytest -q -n 4 -p no:cacheprovider tests/codegen/test_triton.py tests/runtime/test_cuda_graphs.py tests/runtime/test_devices.py >"$out/pytest.txt" 2>&1 &
-bash tests/third_party/gpu_suite.sh "$out" "${SUITE_SECONDS:-210}" 2>&1 | tee "$out/suite.txt"
+timeout "${BENCH_SECONDS:-200}" python3 -m benchmarks.gpu ${BENCH_ARGS:---quick} --out "$out/bench" 2>&1 | tee "$out/bench.log"
+timeout "${SUITE_SECONDS:-270}" python3 -m pytest -q -n 4 -p no:cacheprovider tests/codegen/test_triton.py tests/runtime/test_cuda_graphs.py tests/runtime/test_devices.py >"$out/pytest.txt" 2>&1 &
+JOBS=${JOBS:-12} bash tests/third_party/gpu_suite.sh "$out" "${PAIR_SECONDS:-150}" "${SUITE_SECONDS:-270}" 2>&1 | tee "$out/suite.txt"
 wait
 tail -30 "$out/pytest.txt"

@@ -164,8 +164,20 @@ def run_stream(rounds: int, systems: list[str], dtype: str = "f32", shapes: int 
     return out
 
 
-def _gpu_time_by_kind(fn: Callable[[], object], calls: int = 5) -> dict[str, tuple[float, int]]:
-    """GPU milliseconds and launches per call, by kind: cuBLAS GEMMs, disc's Triton kernels, the rest."""
+def _kernel_kind(name: str) -> str:
+    name = name.lower()
+    if any(k in name for k in ("fmha", "flash", "attention")):
+        return "attention"
+    if any(k in name for k in ("gemm", "cutlass", "xmma", "splitk", "cublas", "nvjet")):
+        return "gemm"
+    if name.startswith(("loop_", "stitch_", "input_", "kernel_", "column_", "scatter_", "triton_")):
+        return "generated"
+    return "other"
+
+
+def _gpu_time_by_kind(fn: Callable[[], object], calls: int = 5, top: int = 8) -> dict:
+    """GPU milliseconds and launches per call, by kind (cuBLAS GEMMs, fused attention, generated
+    Triton kernels, the rest), and the ``top`` kernels by GPU time."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -173,38 +185,51 @@ def _gpu_time_by_kind(fn: Callable[[], object], calls: int = 5) -> dict[str, tup
             fn()
         torch.cuda.synchronize()
     kinds: dict[str, list[float]] = {}
+    kernels = []
     for e in prof.key_averages():
         if e.device_type.name != "CUDA":
             continue
-        name = e.key.lower()
-        if any(k in name for k in ("gemm", "cutlass", "xmma", "splitk", "cublas")):
-            kind = "gemm"
-        elif name.startswith(("loop_", "stitch_", "input_", "kernel_", "column_", "scatter_")):
-            kind = "disc kernels"
-        else:
-            kind = "other"
-        t = kinds.setdefault(kind, [0.0, 0])
+        t = kinds.setdefault(_kernel_kind(e.key), [0.0, 0])
         t[0] += e.device_time_total / calls / 1e3
         t[1] += e.count // calls
-    return {k: (v[0], int(v[1])) for k, v in kinds.items()}
+        kernels.append((e.device_time_total / calls / 1e3, e.count // calls, e.key[:90]))
+    kernels.sort(reverse=True)
+    return {"kinds": {k: (v[0], int(v[1])) for k, v in kinds.items()}, "top": kernels[:top]}
 
 
-def run_profile(shapes: list[tuple[int, int]]) -> list[dict]:
-    """Where the GPU time of one BERT-base call goes, disc (without graphs: each launch visible) and eager."""
+def run_profile(shapes: list[tuple[int, int]], dtype: str = "f32", systems: tuple[str, ...] = ("disc", "eager", "inductor")) -> list[dict]:
+    """Where the GPU time of one BERT-base call goes: disc (without graphs: each launch visible),
+    eager and inductor (without its CUDA graphs), in ``dtype``."""
     entry = MODELS["bert"]
-    model = entry.variants["base"]().cuda().eval()
-    example = tuple(t.cuda() for t in entry.example_inputs(batch=2, seq=64))
-    cm = disc.compile(model, example, dynamic=entry.dynamic)
-    ex = cm.executor
-    rows = []
+    model = entry.variants["base"]().cuda().eval().to(DTYPES[dtype])
+
+    def inputs(b: int, s: int) -> tuple:
+        args = entry.example_inputs(batch=b, seq=s)
+        return tuple(t.cuda().to(DTYPES[dtype]) if t.is_floating_point() else t.cuda() for t in args)
+
+    runners: dict[str, Callable] = {}
     with torch.no_grad():
+        if "disc" in systems:
+            ex = disc.compile(model, inputs(2, 64), dynamic=entry.dynamic).executor
+            runners["disc"] = lambda *a: ex.run(list(a), runtime=ex.runtime)
+        if "eager" in systems:
+            runners["eager"] = model
+        if "inductor" in systems:
+            runners["inductor"] = _inductor(model, None)[0]
+        rows = []
         for b, s in shapes:
-            args = tuple(t.cuda() for t in entry.example_inputs(batch=b, seq=s))
-            plain = lambda: ex.run(list(args), runtime=ex.runtime)  # noqa: E731
-            for f in (plain, lambda: model(*args)):
-                f()
-            rows.append({"batch": b, "seq": s, "disc": _gpu_time_by_kind(plain), "eager": _gpu_time_by_kind(lambda: model(*args))})
-            print(f"{b} x {s}: disc {rows[-1]['disc']}  eager {rows[-1]['eager']}", flush=True)
+            args = inputs(b, s)
+            row: dict = {"batch": b, "seq": s}
+            for name, fn in runners.items():
+                fn(*args)
+                fn(*args)
+                row[name] = _gpu_time_by_kind(lambda fn=fn: fn(*args))
+            rows.append(row)
+            for name in runners:
+                k = row[name]
+                print(f"{b} x {s} {name}: " + ", ".join(f"{n} {v[0]:.3f} ms ({v[1]})" for n, v in sorted(k["kinds"].items())), flush=True)
+                for ms, count, kname in k["top"]:
+                    print(f"    {ms:8.3f} ms {count:4d}x  {kname}", flush=True)
     return rows
 
 
@@ -274,13 +299,19 @@ def markdown(report: dict) -> str:
         lines += [f"Largest relative error against eager over the stream: {worst:.1e}", ""]
     pr = report.get("profile")
     if pr:
-        lines += ["GPU time per call by kind (ms, launches), disc without graphs next to eager:", ""]
-        lines += ["| batch x seq | system | GEMM (cuBLAS) | disc kernels | other | total |", "|---|---|---:|---:|---:|---:|"]
+        systems = [n for n in pr[0] if n not in ("batch", "seq")]
+        kinds = ("gemm", "attention", "generated", "other")
+        lines += [f"GPU time per call by kind (ms, launches), {report.get('profile_dtype', 'f32')}, disc without graphs:", ""]
+        lines += ["| batch x seq | system | " + " | ".join(kinds) + " | total |", "|---|---|" + "---:|" * (len(kinds) + 1)]
         for r in pr:
-            for system in ("disc", "eager"):
-                k = r[system]
-                cells = [f"{k[n][0]:.3f} ({k[n][1]})" if n in k else "-" for n in ("gemm", "disc kernels", "other")]
+            for system in systems:
+                k = r[system]["kinds"]
+                cells = [f"{k[n][0]:.3f} ({k[n][1]})" if n in k else "-" for n in kinds]
                 lines.append(f"| {r['batch']} x {r['seq']} | {system} | " + " | ".join(cells) + f" | {sum(v[0] for v in k.values()):.3f} |")
+        last = pr[-1]
+        lines += ["", f"Top kernels at {last['batch']} x {last['seq']} (ms per call, launches):", ""]
+        for system in systems:
+            lines += [f"- {system}: " + "; ".join(f"`{n}` {ms:.3f} ({c})" for ms, c, n in last[system]["top"])]
         lines.append("")
     bw = report.get("bandwidth")
     if bw:
@@ -322,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     if "stream" in parts:
         report["stream"] = run_stream(args.rounds, args.systems.split(","), args.dtype, args.shapes)
     if "profile" in parts:
-        report["profile"] = run_profile([(1, 16), (4, 64), (16, 128)])
+        report["profile_dtype"] = args.dtype
+        report["profile"] = run_profile([(1, 16), (4, 64), (16, 128)], args.dtype, ("disc", "eager", "inductor"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1))
