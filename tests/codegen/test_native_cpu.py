@@ -37,6 +37,7 @@ from kernel_cases import (
     RowSum,
     Scale,
     check_against_eager,
+    check_half_against_eager,
     half_case,
 )
 from torch import nn
@@ -512,7 +513,7 @@ def test_16_bit_floats_against_eager_in_the_same_dtype(case, dtype):
         got = cm(*args)
         got = got if isinstance(got, tuple) else (got,)
         assert all(g.dtype == dtype for g in got if g.is_floating_point())
-        _check(cm, m, args, tol=HALF_TOLERANCE[dtype])
+        check_half_against_eager(cm, m, args, HALF_TOLERANCE[dtype])
 
 
 def test_16_bit_stores_round_to_nearest_even():

@@ -46,6 +46,7 @@ from kernel_cases import (
     StatisticsThroughUnitDims,
     check_against_eager,
     check_floor_div,
+    check_half_against_eager,
     floor_div_edge_cases,
     half_case,
     op_graph,
@@ -344,7 +345,9 @@ def test_integer_op_matches_the_reference(op):
     assert torch.equal(ex.run(list(_on(a, b)))[0].cpu(), want)
 
 
-@pytest.mark.parametrize("op, dtype", [("bitwise_not", "i1"), ("bitwise_not", "i64"), ("bitwise_not", "i32"), ("abs", "i64"), ("neg", "i32")])
+@pytest.mark.parametrize(
+    "op, dtype", [("bitwise_not", "i1"), ("bitwise_not", "i64"), ("bitwise_not", "i32"), ("abs", "i64"), ("neg", "i32")]
+)
 def test_integer_and_bool_unary_ops_match_the_reference(op, dtype):
     g = op_graph(op, dtype, 1)
     ex = TritonExecutor(g, build_triton(g))
@@ -638,7 +641,7 @@ def test_16_bit_floats_against_eager_in_the_same_dtype(case, dtype):
         got = cm(*_on(*args))
         got = got if isinstance(got, tuple) else (got,)
         assert all(g.dtype == dtype for g in got if g.is_floating_point())
-        _check(cm, m, args, tol=HALF_TOLERANCE[dtype])
+        check_half_against_eager(cm, m.to(DEVICE), _on(*args), HALF_TOLERANCE[dtype])
 
 
 def test_bf16_rounds_to_nearest_even():
@@ -648,7 +651,10 @@ def test_bf16_rounds_to_nearest_even():
     cm = _compile(m, (torch.randn(2, 5, dtype=torch.bfloat16),), {"x": BXS})
     x = torch.randn(64, 77).to(torch.bfloat16)
     assert torch.equal(cm(*_on(x)).cpu(), (x.float() * 1.7).to(torch.bfloat16))
-    assert torch.equal(cm(*_on(torch.tensor([[float("nan"), float("inf"), -0.0]], dtype=torch.bfloat16))).cpu().isnan(), torch.tensor([[True, False, False]]))
+    assert torch.equal(
+        cm(*_on(torch.tensor([[float("nan"), float("inf"), -0.0]], dtype=torch.bfloat16))).cpu().isnan(),
+        torch.tensor([[True, False, False]]),
+    )
 
 
 # BART's position-embedding gradient on an H200: the scatter recomputes its index broadcast, but

@@ -246,3 +246,35 @@ def test_training_batch_norm_sums_its_statistics_in_float64_on_the_cpu_as_eager_
         for name, m, e, t in zip(["output", "grad x", "grad w", "grad b"], mine, eager, exact):
             ours, theirs = distance(m, t), distance(e, t)
             assert ours <= max(1e-6, 1.5 * theirs), f"{name} at length {n}: {ours:.1e} from float64, eager {theirs:.1e}"
+
+
+@pytest.mark.parametrize("user_backends", ["default", "cudnn only"])
+def test_attention_is_traced_without_cudnns_kernel_which_refuses_one_token_sequences(monkeypatch, user_backends: str) -> None:
+    # A traced graph replays the fused attention kernel chosen at trace time at every later
+    # shape; cuDNN's refuses s_q = s_kv = 1 (nine HF models under bf16 autocast crashed on an
+    # H200 at a one-token stream point), so disc traces with the caller's other choices.
+    import torch._functorch.aot_autograd as aot
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cuda = torch.backends.cuda
+    seen = []
+    real = aot.aot_module_simplified
+
+    def recording(*args, **kwargs):
+        seen.append((cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(aot, "aot_module_simplified", recording)
+    chosen = [SDPBackend.CUDNN_ATTENTION] if user_backends == "cudnn only" else [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    torch._dynamo.reset()
+    m = torch.nn.Linear(4, 4)
+    x = torch.randn(3, 4)
+    with sdpa_kernel(chosen):
+        before = (cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled())
+        f = torch.compile(m, backend="disc", dynamic=True)
+        torch.testing.assert_close(f(x), m(x))
+        after = (cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled())
+    assert seen, "disc's backend did not trace through AOTAutograd"
+    want = (False, False, False, True) if user_backends == "cudnn only" else (False, True, True, True)
+    assert seen[0] == want
+    assert after == before  # the caller's choice is restored

@@ -108,20 +108,49 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **opti
     from torch._dynamo.utils import counters
 
     counters["aot_autograd"]["total"] += 1
-    compiled = aot_module_simplified(
-        gm,
-        list(example_inputs),
-        fw_compiler=fw_compiler,
-        bw_compiler=bw_compiler,
-        partition_fn=_partitioner(settings.get("partitioner")),
-        decompositions=_decompositions(),
-    )
+    with _attention_kernels_for_every_shape():
+        compiled = aot_module_simplified(
+            gm,
+            list(example_inputs),
+            fw_compiler=fw_compiler,
+            bw_compiler=bw_compiler,
+            partition_fn=_partitioner(settings.get("partitioner")),
+            decompositions=_decompositions(),
+        )
     # AOTAutograd compiles the backward lazily or at once depending on the torch version;
     # only a graph disc compiled (forward, and backward once it exists) may drop torch's
     # size-1 assumptions.
     if all(outcomes) and outcomes and not _trains_batch_norm(gm):
         _drop_zero_one_specialisation(example_inputs)
     return compiled
+
+
+def _attention_kernels_for_every_shape() -> Any:
+    """The caller's fused-attention choices, less cuDNN's, while AOTAutograd traces.
+
+    Tracing ``scaled_dot_product_attention`` on CUDA records the fused kernel PyTorch picks for
+    the example shapes, and the graph replays that kernel at every later shape. cuDNN's refuses
+    some of them (``s_q = s_kv = 1``, a one-token sequence), where eager would have picked
+    another; flash and memory-efficient attention take every length. (Seen on nine Hugging Face
+    models trained under bf16 autocast on an H200.)
+    """
+    import contextlib
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cuda = torch.backends.cuda
+    if not cuda.cudnn_sdp_enabled():
+        return contextlib.nullcontext()
+    enabled = [
+        backend
+        for backend, on in (
+            (SDPBackend.FLASH_ATTENTION, cuda.flash_sdp_enabled()),
+            (SDPBackend.EFFICIENT_ATTENTION, cuda.mem_efficient_sdp_enabled()),
+            (SDPBackend.MATH, cuda.math_sdp_enabled()),
+        )
+        if on
+    ]
+    return sdpa_kernel(enabled or [SDPBackend.MATH])
 
 
 def _decompositions() -> dict[Any, Callable[..., Any]]:
