@@ -127,8 +127,10 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
 def _compiled(graph: Graph, gpu: bool) -> tuple[Any, Any, str]:
     """``graph``'s program for the GPU (Triton) or the CPU (C++): its executor, its build and the backend's name."""
     if gpu:
+        from disc.passes.attention import fuse_attention
         from disc.runtime.triton_runtime import TritonExecutor, build_triton, interpreting
 
+        graph = fuse_attention(graph)  # GEMM-softmax-GEMM chains to the library's fused attention
         build = build_triton(graph)
         return TritonExecutor(graph, build), build, "triton-interpreter" if interpreting() else "triton-gpu"
     from disc.runtime.native import NativeExecutor, build_native

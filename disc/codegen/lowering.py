@@ -38,6 +38,7 @@ _REMAPS = ("reshape", "transpose")
 # Read by a GEMM through strides: a slice with a start offset too, a broadcast with stride 0 along
 # the dims it expands (GQA's repeated K/V heads become a batch dim the GEMM reads again).
 _VIEWS = (*_REMAPS, "slice", "broadcast_in_dim")
+_STRIDED_READERS = ("dot_general", "attention")  # library ops that read their operands through strides
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1}
 # Both backends' kernels load and store 16-bit floats, computing in f32 between. The CPU's RAL
 # runs 16-bit GEMMs (oneDNN's matmul: AMX or AVX512_BF16 where the CPU has them) but f32
@@ -290,6 +291,21 @@ def reshape_view(c: ShapeConstraints, shape, strides, new_shape) -> tuple[Stride
     return tuple(out)
 
 
+def attention_heads(c: ShapeConstraints, v: View, operand: int) -> tuple[DimLike, SymExpr, bool] | None:
+    """How the attention library reads dim 1 (the heads) of operand ``operand``'s view ``v``: (size,
+    stride, grouped). Key and value heads each read again by a group of query heads (GQA's
+    repeated K/V: a compound dim of stride 0 inside) are passed once, grouped. None where a dim
+    is split across strides otherwise: a tensor view cannot say it."""
+    if any(isinstance(st, tuple) for k, st in enumerate(v.strides) if k != 1):
+        return None
+    st = v.strides[1]
+    if not isinstance(st, tuple):
+        return v.shape[1], st, False
+    if operand not in (1, 2) or len(st) != 2 or not c.prove_equal(st[1][1], 0):
+        return None
+    return st[0][0], st[0][1], True
+
+
 def batch_parts(c: ShapeConstraints, n: Node, sa: Stride, sb: Stride, sc: Stride, size: DimLike) -> list[tuple]:
     """One GEMM batch dim as (size, lhs stride, rhs stride, out stride) parts.
 
@@ -370,7 +386,7 @@ class _Lowering:
         foldable: set[Node] = set()
         for n in reversed(self.g.nodes):
             if n.op in _VIEWS and n not in self.outputs and self.users[n]:
-                if all(u.op == "dot_general" or u in foldable for u in self.users[n]):
+                if all(u.op in _STRIDED_READERS or u in foldable for u in self.users[n]):
                     foldable.add(n)
         views: dict[Node, View] = {}
         for n in self.g.nodes:
@@ -388,7 +404,12 @@ class _Lowering:
             changed = False
             for n in list(views):
                 for u in self.users[n]:
-                    ok = u in views if u.op != "dot_general" else self._gemm_accepts(u, n, views[n], self.c)
+                    if u.op == "dot_general":
+                        ok = self._gemm_accepts(u, n, views[n], self.c)
+                    elif u.op == "attention":  # any strides a tensor view can have, and grouped K/V heads
+                        ok = attention_heads(self.c, views[n], u.inputs.index(n)) is not None
+                    else:
+                        ok = u in views
                     if not ok:
                         del views[n]
                         changed = True
@@ -501,7 +522,7 @@ class _Lowering:
                 continue
             chain = self._chain(end)
             src = chain[-1].inputs[0]
-            if src.op != "dot_general" or src in self.outputs or set(chain) != set(grp.nodes):
+            if src.op not in _STRIDED_READERS or src in self.outputs or set(chain) != set(grp.nodes):
                 continue
             if any(len(self.users[n]) != 1 for n in [src, *chain[1:]]) or group_of.get(src) is None:
                 continue
@@ -527,7 +548,10 @@ class _Lowering:
         return None if new is None else View(v.base, x.shape, new)
 
     def _result_ok(self, dot: Node, view: View) -> bool:
-        """A GEMM writes C with unit column stride, one row stride and (possibly compound) batch strides."""
+        """A GEMM writes C with unit column stride, one row stride and (possibly compound) batch
+        strides; attention, any view a tensor can be (its result is copied in)."""
+        if dot.op == "attention":
+            return not any(isinstance(st, tuple) for st in view.strides)
         nb = len(dot.attrs["lhs_batch"])
         rest = view.strides[nb:]
         if any(isinstance(st, tuple) for st in rest):

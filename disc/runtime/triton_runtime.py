@@ -269,6 +269,16 @@ class TritonRuntime:
             self.hits[(step, 0)] += 1
         out.copy_(torch.einsum(spec, a, b))
 
+    def attention(
+        self, step: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor, scale: float, grouped: bool = False
+    ) -> None:
+        """softmax(q k^T * scale + bias) v into ``out``, by PyTorch's attention, which picks the fused
+        kernel (flash, memory-efficient, cuDNN) for these shapes at each call, under the caller's
+        choices. ``grouped``: k and v have fewer heads, each serving a group of query heads (GQA)."""
+        if self.hits is not None:
+            self.hits[(step, 0)] += 1
+        out.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=grouped))
+
     def conv(
         self, step: int, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, stride, padding, dilation, groups: int, channels_last: bool = False
     ) -> None:

@@ -233,8 +233,9 @@ def test_attention_gemms_read_heads_through_strides():
         if isinstance(c, KernelCall):
             ops = {n.op for n in c.step.group.nodes}
             assert ops != {"reshape", "transpose"} and ops != {"transpose"}, f"copy kernel {ops}"
-    # qkv, scores, context, output projection: each one torch.matmul on strided views, no einsum
-    assert src.text.count("rt.matmul(") == 4 and "rt.contract(" not in src.text
+    # qkv and output projection: torch.matmul on strided views, no einsum; scores, softmax and
+    # context: one fused attention call reading the heads through strides (passes/attention.py)
+    assert src.text.count("rt.matmul(") == 2 and src.text.count("rt.attention(") == 1 and "rt.contract(" not in src.text
     assert ".as_strided(" in src.text
 
 
@@ -247,8 +248,9 @@ def test_grouped_query_attention_reads_each_kv_head_again_instead_of_copying_it(
         if isinstance(c, KernelCall):
             ops = {n.op for n in c.step.group.nodes}
             assert not ops <= {"broadcast_in_dim", "reshape", "transpose", "slice"}, f"K or V copied: {ops}"
-    # the expanded K and V: batch dims of stride 0 in the scores and context GEMMs
+    # the expanded K and V: read once per group of query heads by the fused attention call
     assert sum(n.op == "broadcast_in_dim" for n in cm.executor.build.lowered.folded_views) == 2
+    assert "rt.attention(" in cm.executor.build.source.text and ", True)" in cm.executor.build.source.text
 
 
 def test_a_row_repeated_down_a_gemm_operand_is_written_out_and_exact():
@@ -712,3 +714,25 @@ def test_training_graphs_that_fell_back_on_a_gpu(text):
         want = ReferenceExecutor(g).run(args)
         for a, b in zip(got, want):
             assert torch.allclose(a.cpu(), b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_bert_attention_runs_as_one_fused_call_per_layer(dtype):
+    # disc's own BERT writes softmax(q k^T / 4 + mask) v; on the GPU backend each layer's chain is
+    # one attention library call (no score matrix, no softmax kernel, no head copies), whatever
+    # the batch and length, size 1 included.
+    from disc.models import MODELS
+    from disc.models.bert import BertConfig, bert
+
+    entry = MODELS["bert"]
+    model = bert(BertConfig(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=128), 0).eval().to(dtype)
+    cm = _compile(model, entry.example_inputs(batch=2, seq=8), entry.dynamic)
+    src = cm.executor.build.source.text
+    assert src.count("rt.attention(") == 2 and cm.executor.graph.op_counts().get("attention") == 2
+    assert 'kind="max"' not in str([n.attrs for n in cm.executor.graph.nodes if n.op == "reduce"])  # no softmax left
+    for b, s in [(1, 1), (2, 5), (3, 33)]:
+        args = entry.example_inputs(batch=b, seq=s, seed=b + s)
+        if dtype == torch.float32:
+            _check(cm, model, args, tol=1e-5)
+        else:
+            check_half_against_eager(cm, model.to(DEVICE), _on(*args), HALF_TOLERANCE[dtype])

@@ -523,6 +523,33 @@ case(
     tol=1e-4,
 )
 
+
+
+def _attention_float64(q, k, v, bias=None, scale=1.0):
+    s = q.double() @ k.double().transpose(-1, -2) * scale
+    s = s if bias is None else s + bias.double()
+    return (torch.softmax(s, -1) @ v.double()).float()
+
+
+case(
+    "attention",
+    [("q", "f32", ("b", 2, "l", 4)), ("k", "f32", ("b", 2, "s", 4)), ("v", "f32", ("b", 2, "s", 3)), ("bias", "f32", ("b", 2, "l", "s"))],
+    lambda g, q, k, v, bias: g.add("attention", [q, k, v, bias], {"scale": 0.5}),
+    lambda q, k, v, bias: _attention_float64(q, k, v, bias, 0.5),
+    lambda S: T("f32", S.b, 2, S.l, 3),
+    [{"b": 1, "l": 1, "s": 1}, {"b": 2, "l": 3, "s": 5}, {"b": 0, "l": 2, "s": 3}],
+    tol=1e-5,
+)
+case(
+    "attention",
+    [("q", "f32", ("b", 1, "l", 4)), ("k", "f32", ("b", 1, "s", 4)), ("v", "f32", ("b", 1, "s", 4))],
+    lambda g, q, k, v: g.add("attention", [q, k, v]),
+    lambda q, k, v: _attention_float64(q, k, v),
+    lambda S: T("f32", S.b, 1, S.l, 4),
+    [{"b": 1, "l": 7, "s": 2}, {"b": 3, "l": 1, "s": 9}],
+    tol=1e-5,
+)
+
 # -- shape computation ------------------------------------------------------------------------------
 case("dim", [("x", "f32", AB)], lambda g, x: dim(g, x, 1), lambda x: x.shape[1], lambda S: I(S.b), ENVS2)
 case("dim", [("x", "i1", ("a", 3))], lambda g, x: dim(g, x, -1), lambda x: x.size(-1), lambda S: I(3), [{"a": 2}])

@@ -22,7 +22,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from disc.codegen.lowering import KernelStep, LibraryStep, LoweredProgram, Unsupported, View, batch_parts, contiguous_strides
+from disc.codegen.lowering import (
+    KernelStep,
+    LibraryStep,
+    LoweredProgram,
+    Unsupported,
+    View,
+    attention_heads,
+    batch_parts,
+    contiguous_strides,
+)
 from disc.codegen.triton.kernel import TritonKernel, emit_kernel
 from disc.ir.graph import Node
 from disc.ir.types import IndexType
@@ -196,7 +205,32 @@ class _ProgramEmitter:
             return self._gemm(k, step)
         if n.op in TORCH_CONV_CALLS:
             return self._conv(k, step)
+        if n.op == "attention":
+            return self._attention(k, step)
         raise Unsupported(f"no library call for {n.op}", [n])
+
+    def _attention(self, k: int, step: LibraryStep) -> list[str]:
+        n = step.node
+        out = step.result or View(n, n.shape, contiguous_strides(n.shape))
+        views, grouped = [], []
+        for i, v in enumerate([*step.operands, out]):
+            heads = attention_heads(self.c, v, i if i < len(step.operands) else -1)
+            if heads is None:
+                raise Unsupported(f"%{n.name}: an attention operand's dim is split across strides", [n])
+            parts = list(zip(v.shape, v.strides))
+            parts[1] = heads[:2]
+            grouped.append(heads[2])
+            # A dim read again (stride 0, a broadcast mask) is passed as size 1: the library broadcasts
+            # it, where an expanded view would make it materialise the padded bias in full.
+            parts = [(SymExpr.const(1) if self.c.prove_equal(st, 0) else size, st) for size, st in parts]
+            views.append(self._view(v, parts))
+        if grouped[1] != grouped[2]:
+            raise Unsupported(f"%{n.name}: only one of key and value has grouped heads", [n])
+        q, key, value, *bias = views[:-1]
+        return [
+            f"    # step {k}: %{n.name} = attention [{', '.join(str(d) for d in n.shape)}]",
+            f"    rt.attention({k}, {q}, {key}, {value}, {bias[0] if bias else None}, {views[-1]}, {float(n.attrs['scale'])!r}, {grouped[1]})",
+        ]
 
     def _gemm(self, k: int, step: LibraryStep) -> list[str]:
         n = step.node

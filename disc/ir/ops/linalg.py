@@ -1,4 +1,5 @@
-"""Compute-bound ops that backends send to a library: dot_general (batched GEMM)."""
+"""Compute-bound ops that backends send to a library: dot_general (batched GEMM) and attention
+(softmax(q k^T * scale + bias) v, a fused attention kernel on the GPU)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,39 @@ def dot_general(lhs: torch.Tensor, rhs: torch.Tensor, *, lhs_batch, rhs_batch, l
     out += [lsub[i] for i in _free_dims(lhs.dim(), lhs_batch, lhs_contract)]
     out += [rsub[j] for j in _free_dims(rhs.dim(), rhs_batch, rhs_contract)]
     return torch.einsum(f"{''.join(lsub)},{''.join(rsub)}->{''.join(out)}", lhs, rhs)
+
+
+def _attention_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
+    dtypes = {tensor(t, "attention").dtype for t in types}
+    if len(dtypes) != 1:
+        raise ShapeRuleError(f"attention: query, key, value (and bias) differ in dtype ({', '.join(sorted(dtypes))})")
+    return dtypes.pop()
+
+
+def _attention_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
+    q, k, v = (tensor(t, "attention") for t in types[:3])
+    ctx.check(len(types) <= 4, "attention takes query, key, value and at most one bias")
+    ctx.check(q.rank == k.rank == v.rank and q.rank >= 2, f"attention: query, key and value need one rank of at least 2 (got {q.rank}, {k.rank}, {v.rank})")
+    for i in range(q.rank - 2):
+        ctx.equal(q.shape[i], k.shape[i], f"attention: query and key batch dim {i}")
+        ctx.equal(k.shape[i], v.shape[i], f"attention: key and value batch dim {i}")
+    ctx.equal(q.shape[-1], k.shape[-1], "attention: query and key head size")
+    ctx.equal(k.shape[-2], v.shape[-2], "attention: as many values as keys")
+    scores = (*q.shape[:-1], k.shape[-2])
+    if len(types) == 4:
+        b = tensor(types[3], "attention")
+        ctx.check(b.rank == q.rank, f"attention: the bias has the scores' rank {q.rank} (got {b.rank})")
+        for i, (x, y) in enumerate(zip(b.shape, scores)):
+            ctx.equal(x, y, f"attention: bias dim {i} equals the scores' dim")
+    return (*q.shape[:-1], v.shape[-1])
+
+
+@register("attention", "query key value *bias", attrs={"scale": 1.0}, dtype=_attention_dtype, shape=_attention_rule, category=LIBRARY)
+def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *bias: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(query key^T * scale + bias) value over the last dim of the scores; 16-bit inputs are
+    computed in float32 and rounded once, as the fused kernels do."""
+    dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    scores = torch.matmul(query.to(dtype), key.to(dtype).transpose(-1, -2)) * scale
+    if bias:
+        scores = scores + bias[0].to(dtype)
+    return torch.matmul(torch.softmax(scores, dim=-1), value.to(dtype)).to(query.dtype)
