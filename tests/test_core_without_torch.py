@@ -108,3 +108,39 @@ def test_the_core_compiles_and_runs_a_graph_without_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", SCRIPT], input=IR, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("core without torch: ok")
+
+
+BUILDER_SCRIPT = r"""
+import sys
+sys.modules["torch"] = None
+from disc.ir.builder import GraphBuilder, LoweringError, elementwise, reduce, reshape
+from disc.ir.printer import print_graph
+from disc.ir.types import TensorType
+from disc.ir.verifier import verify
+from disc.shape.expr import SymExpr
+
+b = GraphBuilder("built")
+x = b.graph.add_input("x", TensorType("f32", (SymExpr.symbol("n"), 8)))
+bias = b.graph.add_input("bias", TensorType("f32", (8,)))
+b.register_dims(x)
+y = elementwise(b, "add", [x, bias], "f32")      # bias broadcast along n
+z = reshape(b, reduce(b, y, [1], "sum", True), [x.shape[0]])
+b.graph.outputs = [elementwise(b, "mul", [z, 2.0], "f32")]
+verify(b.graph)
+text = print_graph(b.graph)
+assert "broadcast_in_dim(%bias" in text and "dim(%x) {axis=0}" in text, text
+try:
+    elementwise(b, "add", [x, b.graph.add_input("w", TensorType("f32", (3, 4, 5)))], "f32")
+except Exception as e:
+    assert "8" in str(e) and "5" in str(e), e  # names the dims that cannot broadcast
+else:
+    raise AssertionError("[n, 8] + [3, 4, 5] was accepted")
+print("builder without torch: ok")
+"""
+
+
+def test_frontends_build_ir_with_the_cores_builder_without_torch() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", BUILDER_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("builder without torch: ok")

@@ -24,7 +24,7 @@ def dtype_name(t: Any) -> str:
 
 
 def contiguous(t: Any) -> Any:
-    return np.ascontiguousarray(t) if is_numpy(t) else t.detach().contiguous()
+    return np.require(t, requirements=["C"]) if is_numpy(t) else t.detach().contiguous()  # (ascontiguousarray makes 0-d arrays 1-d)
 
 
 def same_payload(a: Any, b: Any) -> bool:

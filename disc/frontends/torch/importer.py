@@ -19,13 +19,10 @@ import sympy
 import torch
 import torch.fx
 
-from disc.ir.graph import Graph, Node
+from disc.ir.builder import GraphBuilder, LoweringError
+from disc.ir.graph import Node
 from disc.ir.types import TensorType, dtype_of_torch
 from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, simplify_dim
-
-
-class LoweringError(Exception):
-    """A node cannot be lowered (it becomes a fallback)."""
 
 
 @dataclass
@@ -174,14 +171,13 @@ def _fill(tree: Any, values: Sequence[Any]) -> Any:
     return tree
 
 
-class Importer:
+class Importer(GraphBuilder):
     """Holds the state of one import; ``lowering.py`` functions receive it as ``ctx``."""
 
     def __init__(self, name: str = "main") -> None:
-        self.graph = Graph(name=name)
+        super().__init__(name)
         self.symbols: dict[sympy.Symbol, SymExpr] = {}
         self.examples: dict[sympy.Symbol, sympy.Integer] = {}  # torch's hints: each symbol's traced value
-        self.index_cache: dict[SymExpr, Node] = {}
         self.mask_positions: dict[Node, Node] = {}  # a boolean mask -> its nonzero (one count per mask)
         self.fallbacks: dict[str, Fallback] = {}
         self.fallback_counts: dict[str, int] = {}
@@ -273,55 +269,6 @@ class Importer:
         value = self.graph.constraints.normalize(as_expr(node.type.value))
         self.index_cache.setdefault(value, node)
         return value
-
-    def index(self, d: DimLike) -> Node:
-        """An index node with value ``d``, built from known index values by arithmetic."""
-        c = self.graph.constraints
-        e = c.normalize(as_expr(d))
-        if e in self.index_cache:
-            return self.index_cache[e]
-        if e.is_const:
-            node = self.graph.add("index_const", (), {"value": e.const_value})
-        else:
-            node = self._materialize(e)
-        self.index_cache[e] = node
-        return node
-
-    def _materialize(self, e: SymExpr) -> Node:
-        total: Node | None = None
-        for mono, coeff in e.terms:
-            term = self.index(SymExpr.const(abs(coeff))) if (abs(coeff) != 1 or not mono) else None
-            for atom in mono:
-                a = self._atom(atom)
-                term = a if term is None else self.graph.add("imul", (term, a))
-            assert term is not None
-            if total is None:
-                total = term if coeff > 0 else self.graph.add("isub", (self.index(0), term))
-            else:
-                total = self.graph.add("iadd" if coeff > 0 else "isub", (total, term))
-        assert total is not None
-        return total
-
-    def _atom(self, atom: Any) -> Node:
-        from disc.shape.expr import FloorDiv
-
-        if isinstance(atom, FloorDiv):
-            return self.graph.add("ifloordiv", (self.index(atom.num), self.index(atom.den)))
-        e = SymExpr.symbol(atom.name)
-        if e in self.index_cache:
-            return self.index_cache[e]
-        raise LoweringError(f"no value in the program computes symbol {atom.name}")
-
-    def register_dims(self, node: Node) -> None:
-        """Make every symbolic dim of ``node`` available as an index value."""
-        for axis, d in enumerate(node.shape):
-            if isinstance(d, SymExpr):
-                e = self.graph.constraints.normalize(d)
-                if e not in self.index_cache and e.as_symbol():
-                    self.index_cache[e] = self.graph.add("dim", (node,), {"axis": axis})
-
-    def sizes(self, dims: Sequence[DimLike]) -> list[Node]:
-        return [self.index(d) for d in dims]
 
     # -- random numbers -------------------------------------------------------------------
     def random_uniform(self, shape: Sequence[DimLike]) -> Node:

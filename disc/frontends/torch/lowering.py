@@ -18,10 +18,11 @@ import torch
 import torch.fx
 
 from disc.frontends.torch.importer import Importer, LoweringError
+from disc.ir.builder import broadcast_to, convert, elementwise, scalar, select
 from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
 from disc.ir.types import FLOAT_DTYPES, dtype_of_torch
-from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
+from disc.shape.expr import DimLike, as_expr
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -51,64 +52,6 @@ def meta_of(v: Any) -> Any:
     return v.meta.get("val") if isinstance(v, torch.fx.Node) else v
 
 
-def scalar(ctx: Importer, value: Any, dtype: str) -> Node:
-    if isinstance(value, Node):
-        return convert(ctx, value, dtype)
-    if dtype == "i1":
-        value = bool(value)
-    elif dtype.startswith("f") or dtype == "bf16":
-        value = float(value)
-    else:
-        value = int(value)
-    return ctx.graph.add("constant", (), {"value": value, "dtype": dtype})
-
-
-def convert(ctx: Importer, x: Node, dtype: str) -> Node:
-    if x.is_index:
-        x = ctx.graph.add("index_to_tensor", (x,), {"dtype": "i64"})
-    return x if x.dtype == dtype else ctx.graph.add("convert", (x,), {"dtype": dtype})
-
-
-def broadcast_shapes(ctx: Importer, shapes: Sequence[Sequence[DimLike]]) -> tuple[DimLike, ...]:
-    """Numpy broadcasting over symbolic dims, decided by proofs only."""
-    c = ctx.graph.constraints
-    rank = max((len(s) for s in shapes), default=0)
-    out: list[DimLike] = []
-    for i in range(rank):
-        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        chosen: DimLike = 1
-        for d in dims:
-            if c.prove_is_one(d):
-                continue
-            if c.prove_is_one(chosen) or c.prove_equal(chosen, d):
-                chosen = d
-                continue
-            # Two dims neither provably equal nor provably 1: torch decided at
-            # trace time which one wins; the broadcast itself is checked at run time.
-            if c.prove_not_one(d) and not c.prove_not_one(chosen):
-                chosen = d
-        out.append(simplify_dim(chosen) if isinstance(chosen, SymExpr) else chosen)
-    return tuple(out)
-
-
-def broadcast_to(ctx: Importer, x: Node, shape: Sequence[DimLike]) -> Node:
-    c = ctx.graph.constraints
-    if c.prove_same_shape(x.shape, shape):
-        return x
-    rank = len(shape)
-    if x.tensor_type.rank > rank:
-        raise LoweringError(f"cannot broadcast rank {x.tensor_type.rank} to rank {rank}")
-    dims = tuple(range(rank - x.tensor_type.rank, rank))
-    return ctx.graph.add("broadcast_in_dim", (x, *ctx.sizes(shape)), {"dims": dims})
-
-
-def elementwise(ctx: Importer, op: str, operands: Sequence[Any], compute_dtype: str) -> Node:
-    nodes = [scalar(ctx, v, compute_dtype) for v in operands]
-    shape = broadcast_shapes(ctx, [n.shape for n in nodes])
-    nodes = [broadcast_to(ctx, n, shape) for n in nodes]
-    return ctx.graph.add(op, nodes)
-
-
 def result_type(fx_node: torch.fx.Node, *args: Any) -> str:
     metas = []
     for a in fx_node.args[: len(args)]:
@@ -129,18 +72,6 @@ def norm_axis(axis: int, rank: int) -> int:
     return normalize_axis(axis, rank, "lowering")
 
 
-def reshape(ctx: Importer, x: Node, shape: Sequence[DimLike]) -> Node:
-    if ctx.graph.constraints.prove_same_shape(x.shape, shape):
-        return x
-    return ctx.graph.add("reshape", (x, *ctx.sizes(shape)))
-
-
-def reduce(ctx: Importer, x: Node, dims: Sequence[int], kind: str, keepdim: bool) -> Node:
-    if x.tensor_type.rank == 0:
-        dims = ()  # a 0-d tensor's dim 0 or -1 names the tensor itself: nothing reduces
-    return ctx.graph.add("reduce", (x,), {"dims": tuple(sorted(dims)), "kind": kind, "keepdim": keepdim})
-
-
 def reduce_dims(x: Node, dims: Any) -> list[int]:
     rank = x.tensor_type.rank
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0) or rank == 0:
@@ -148,19 +79,6 @@ def reduce_dims(x: Node, dims: Any) -> list[int]:
     if isinstance(dims, int):
         dims = [dims]
     return sorted({norm_axis(d, rank) for d in dims})
-
-
-def numel_of(ctx: Importer, x: Node, dims: Sequence[int], dtype: str) -> Node:
-    """The element count of ``dims`` of ``x`` as a 0-d tensor (a shape value used as data)."""
-    n = product(x.shape[d] for d in dims)
-    if n.is_const:
-        return scalar(ctx, n.const_value, dtype)
-    return ctx.graph.add("index_to_tensor", (ctx.index(n),), {"dtype": dtype})
-
-
-def mean(ctx: Importer, x: Node, dims: Sequence[int], keepdim: bool) -> Node:
-    total = reduce(ctx, x, dims, "sum", keepdim)
-    return elementwise(ctx, "div", [total, numel_of(ctx, x, dims, x.dtype)], x.dtype)
 
 
 def size_value(ctx: Importer, v: Any) -> DimLike:
@@ -411,13 +329,6 @@ def _rsub(ctx: Importer, fx_node, a: Any, b: Any, alpha: Any = 1) -> Node:
 @lower(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(ctx: Importer, fx_node, cond: Any, a: Any, b: Any) -> Node:
     return select(ctx, cond, a, b, meta_dtype(fx_node))
-
-
-def select(ctx: Importer, cond: Any, a: Any, b: Any, dtype: str) -> Node:
-    """``cond ? a : b`` in ``dtype``, every operand broadcast to their common shape."""
-    nodes = [convert(ctx, cond, "i1"), scalar(ctx, a, dtype), scalar(ctx, b, dtype)]
-    shape = broadcast_shapes(ctx, [n.shape for n in nodes])
-    return ctx.graph.add("select", [broadcast_to(ctx, n, shape) for n in nodes])
 
 
 @lower(aten.clamp, aten.clamp_min, aten.clamp_max)

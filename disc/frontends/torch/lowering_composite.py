@@ -16,20 +16,7 @@ from typing import Any
 import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import (
-    _full,
-    _to_copy,
-    _where,
-    aten,
-    broadcast_to,
-    convert,
-    elementwise,
-    lower,
-    meta_dtype,
-    norm_axis,
-    reshape,
-    size_value,
-)
+from disc.frontends.torch.lowering import _full, _to_copy, _where, aten, lower, meta_dtype, norm_axis, size_value
 from disc.frontends.torch.lowering_movement import _permute, _select, _split, slice_axis, view
 from disc.frontends.torch.lowering_nn import (
     _batch_norm,
@@ -43,6 +30,7 @@ from disc.frontends.torch.lowering_nn import (
     _softmax,
     max_pool2d,
 )
+from disc.ir.builder import broadcast_to, convert, elementwise, reshape
 from disc.ir.graph import Node
 from disc.ir.types import dtype_of_torch
 from disc.shape.expr import DimLike, as_expr, product, simplify_dim

@@ -13,20 +13,8 @@ from typing import Any
 import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import (
-    aten,
-    broadcast_shapes,
-    broadcast_to,
-    convert,
-    elementwise,
-    lower,
-    meta_dtype,
-    norm_axis,
-    reshape,
-    scalar,
-    select,
-    size_value,
-)
+from disc.frontends.torch.lowering import aten, lower, meta_dtype, norm_axis, size_value
+from disc.ir.builder import broadcast_shapes, broadcast_to, convert, elementwise, reshape, scalar, select
 from disc.ir.graph import Node
 from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
 

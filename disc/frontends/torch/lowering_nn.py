@@ -14,23 +14,8 @@ from typing import Any
 import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import (
-    _where,
-    aten,
-    broadcast_to,
-    convert,
-    elementwise,
-    lower,
-    mean,
-    meta_dtype,
-    meta_of,
-    norm_axis,
-    numel_of,
-    reduce,
-    reduce_dims,
-    reshape,
-    scalar,
-)
+from disc.frontends.torch.lowering import _where, aten, lower, meta_dtype, meta_of, norm_axis, reduce_dims
+from disc.ir.builder import broadcast_to, convert, elementwise, mean, numel_of, reduce, reshape, scalar
 from disc.ir.graph import Node
 from disc.shape.expr import as_expr
 

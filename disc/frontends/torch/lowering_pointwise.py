@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from disc.frontends.torch.importer import Importer
-from disc.frontends.torch.lowering import _clamp, _where, aten, elementwise, lower, meta_dtype
+from disc.frontends.torch.lowering import _clamp, _where, aten, lower, meta_dtype
+from disc.ir.builder import elementwise
 from disc.ir.graph import Node
 from disc.ir.types import FLOAT_DTYPES
 

@@ -1,0 +1,191 @@
+"""The ONNX frontend: an ONNX model compiled once for all its shapes.
+
+    import disc.onnx
+    prog = disc.onnx.compile("bert.onnx")                  # a path, bytes or a ModelProto
+    logits, = prog(ids, mask)                               # numpy arrays in, numpy arrays out
+    logits, = prog(input_ids=ids, attention_mask=mask)     # or by input name
+
+Dims named by a ``dim_param`` become symbols (one name, one symbol, wherever it appears);
+unnamed unknown dims get a symbol of their own; ``dynamic={"ids": {0: "batch"}}`` names or
+replaces dims (an int pins one); ``constraints`` as for ``disc.compile``. Import
+(``importer.py``, op table ``ops.py``) builds disc's IR with the core's ``GraphBuilder``; an
+op outside the table is an error naming the op type, the node and the opset before anything
+runs. The compiled program runs through the same driver as the PyTorch frontend (which this
+version still uses to hold tensors at run time); ``prog.save(folder)`` writes a program that
+``disc_runtime`` runs with numpy alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from disc.errors import CompileError, InputError
+from disc.frontends.onnx.importer import OnnxImporter, add_inputs
+from disc.frontends.onnx.ops import OPS
+from disc.ir.builder import LoweringError
+
+__all__ = ["OnnxProgram", "compile", "import_model", "supported_ops"]
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types this frontend lowers."""
+    return sorted(OPS)
+
+
+def _load(model: Any) -> Any:
+    import onnx
+
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise CompileError(f"disc.onnx.compile: no ONNX file at {str(path)!r}")
+        return onnx.load(str(path))
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    if isinstance(model, onnx.ModelProto):
+        return model
+    raise CompileError(f"disc.onnx.compile takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+
+
+def _attributes(node: Any) -> dict[str, Any]:
+    from onnx import AttributeProto, helper, numpy_helper
+
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if a.type == AttributeProto.TENSOR:
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode() for x in v]
+        out[a.name] = v
+    return out
+
+
+def import_model(model: Any, dynamic: Mapping[str, Mapping[int, str | int]] | None = None) -> tuple[OnnxImporter, list[str], list[str]]:
+    """``model``'s main graph as disc IR: the importer (its ``graph``), input names, output names."""
+    from onnx import numpy_helper
+
+    proto = _load(model)
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    if opset < 13:
+        raise CompileError(f"opset {opset}: disc's ONNX frontend takes opset 13 or newer (onnx.version_converter can convert the model)")
+    g = proto.graph
+    imp = OnnxImporter(g.name or "onnx_model", opset)
+    initializers = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    try:
+        inputs = add_inputs(imp, g, set(initializers), dict(dynamic or {}))
+    except LoweringError as e:
+        raise CompileError(str(e)) from None
+    imp.values.update(initializers)
+    for k, node in enumerate(g.node):
+        where = f"node {node.name or k!r} ({node.op_type}, opset {opset})"
+        if node.domain not in ("", "ai.onnx"):
+            raise CompileError(f"{where}: operator domain {node.domain!r} is not supported")
+        fn = OPS.get(node.op_type)
+        if fn is None:
+            raise CompileError(f"{where}: {node.op_type} is not supported by disc's ONNX frontend (supported: {', '.join(supported_ops())})")
+        operands = [imp.values[name] if name else None for name in node.input]
+        try:
+            result = fn(imp, node, *operands, **_attributes(node))
+        except (LoweringError, ValueError, TypeError, KeyError) as e:
+            raise CompileError(f"{where}: {type(e).__name__}: {e}") from None
+        results = result if isinstance(result, list) else [result]
+        for name, value in zip(node.output, results):
+            if name:
+                imp.values[name] = value
+    outputs = [o.name for o in g.output]
+    imp.graph.outputs = [imp.tensor(imp.values[name]) for name in outputs]
+    return imp, inputs, outputs
+
+
+class OnnxProgram:
+    """A compiled ONNX model: call it with the graph's inputs (positional, in the graph's order,
+    or by name), numpy arrays or torch tensors; returns the outputs in the graph's order, as
+    numpy arrays (torch tensors if the inputs were). Stateless: safe from several threads."""
+
+    def __init__(self, compiled: Any, input_names: list[str], output_names: list[str]) -> None:
+        self.compiled = compiled
+        self.input_names = input_names
+        self.output_names = output_names
+
+    @property
+    def report(self) -> Any:
+        return self.compiled.report
+
+    @property
+    def graph(self) -> Any:
+        return self.compiled.graph
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
+        import torch
+
+        values = list(args)
+        for name in self.input_names[len(values) :]:
+            if name not in kwargs:
+                raise InputError(f"missing input {name!r}; the model's inputs are {self.input_names}")
+            values.append(kwargs.pop(name))
+        if kwargs:
+            raise InputError(f"unexpected input(s) {sorted(kwargs)}; the model's inputs are {self.input_names}")
+        if len(values) > len(self.input_names):
+            raise InputError(f"{len(values)} inputs given; the model takes {len(self.input_names)} ({self.input_names})")
+        as_torch = any(isinstance(v, torch.Tensor) for v in values)
+        tensors = []
+        for name, v in zip(self.input_names, values):
+            if isinstance(v, torch.Tensor):
+                tensors.append(v)
+                continue
+            try:
+                a = np.require(v, requirements=["C", "W"])  # a read-only array is copied: torch tensors are writable
+            except Exception as e:
+                raise InputError(f"input {name!r}: not an array ({type(v).__name__}: {e})") from None
+            if a.dtype == object:
+                raise InputError(f"input {name!r}: an array of Python objects, not numbers")
+            tensors.append(torch.from_numpy(a))
+        outs = self.compiled(*tensors)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        return outs if as_torch else [o.detach().cpu().numpy() for o in outs]
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write the program; ``disc.load`` (with PyTorch) or ``disc_runtime.load`` (numpy only) runs it."""
+        return self.compiled.save(folder)
+
+
+def compile(
+    model: Any,
+    dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
+    constraints: Any = None,
+    backend: str | None = None,
+) -> OnnxProgram:
+    """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) once for every shape."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    from disc.api import _apply_user_facts, _split_constraints
+    from disc.compiled import CompiledModule
+    from disc.driver import compile_graph
+    from disc.report import CompileReport, record_report
+
+    start = time.perf_counter()
+    ranges, facts = _split_constraints(constraints)
+    imp, inputs, outputs = import_model(model, dynamic)
+    graph = imp.graph
+    _apply_user_facts(graph, facts, ranges)
+    for name, (lo, hi) in ranges.items():
+        graph.constraints.set_range(name, lo, hi)
+    # The executors of this version hold tensors as PyTorch's (the model's weights are not copied).
+    graph.constants = {k: torch.from_numpy(np.require(v, requirements=['C', 'W'])) if isinstance(v, np.ndarray) else v for k, v in graph.constants.items()}
+    program = compile_graph(graph, {}, backend=backend, device="cpu")
+    report = CompileReport(
+        name=graph.name, source="disc.onnx", graph=program.graph, fallbacks={}, compile_seconds=time.perf_counter() - start, backend=program.choice
+    )
+    record_report(report)
+    spec = pytree.tree_flatten(list(range(len(outputs))))[1]
+    return OnnxProgram(CompiledModule(report, program.executor, inputs, spec), inputs, outputs)

@@ -1,0 +1,493 @@
+"""Lowering table of the ONNX frontend: one function per ONNX op type.
+
+Each ``fn(imp, node, *operands, **attrs) -> value | list of values`` receives the operands as
+the importer holds them (``Node``, numpy constant, ``ShapeValue`` or None for an omitted
+optional input) and the node's attributes as Python values. Integer ops over shape values and
+constants compute at compile time (numpy or symbolic dims), so a model's shape subgraph
+(``Shape -> Gather -> Concat -> Reshape``) leaves no run-time work but the index ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from disc.frontends.onnx.importer import ELEM_TYPES, DimValue, OnnxImporter, ShapeValue
+from disc.ir.builder import LoweringError, broadcast_shapes, broadcast_to, convert, elementwise, reduce, reshape, select
+from disc.ir.graph import Node
+from disc.ir.registry import normalize_axis
+from disc.ir.types import FLOAT_DTYPES, dtype_of_numpy, numpy_dtype
+from disc.shape.expr import DimLike, SymExpr, as_expr, product
+
+OPS: dict[str, Callable[..., Any]] = {}
+
+
+def onnx_op(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for n in names:
+            OPS[n] = fn
+        return fn
+
+    return wrap
+
+
+def _known(v: Any) -> np.ndarray | None:
+    """A compile-time integer or float array, where ``v`` is one (a constant or a static shape value)."""
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, ShapeValue) and all(isinstance(d, int) or (isinstance(d, SymExpr) and d.is_const) for d in v.dims):
+        return np.array([int(d) if isinstance(d, int) else d.const_value for d in v.dims], np.int64)
+    return None
+
+
+def _ints(v: Any, what: str) -> list[int]:
+    k = _known(v)
+    if k is None:
+        raise LoweringError(f"{what} must be known when the model is compiled (a constant), not computed at run time")
+    return [int(x) for x in np.asarray(k).reshape(-1)]
+
+
+def _dims_of(imp: OnnxImporter, v: Any, what: str) -> list[DimLike]:
+    """A shape operand as symbolic dims: a constant, or a shape value."""
+    if isinstance(v, ShapeValue):
+        return list(v.dims)
+    return list(_ints(v, what))
+
+
+# -- elementwise -------------------------------------------------------------------------------------
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "Max": "maximum", "Min": "minimum"}
+_COMPARE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
+_LOGICAL = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
+_NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
+
+
+def _dim_arith(op: str, a: DimLike, b: DimLike) -> DimLike | None:
+    a, b = as_expr(a), as_expr(b)
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "div" and b.is_const and b.const_value > 0:
+        return a // b.const_value
+    return None
+
+
+@onnx_op(*_BINARY, *_COMPARE, *_LOGICAL)
+def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any) -> Any:
+    op = _BINARY.get(node.op_type) or _COMPARE.get(node.op_type) or _LOGICAL[node.op_type]
+    ka, kb = _known(a), _known(b)
+    if ka is not None and kb is not None and op in _NUMPY and ka.dtype.kind in "iu" and kb.dtype.kind in "iu":
+        return _NUMPY[op](ka, kb).astype(np.result_type(ka, kb))  # shape arithmetic on constants
+    if isinstance(a, DimValue) or isinstance(b, DimValue):  # arithmetic on one symbolic dim
+        da = a.dim if isinstance(a, DimValue) else (int(ka) if ka is not None and ka.size == 1 else None)
+        db = b.dim if isinstance(b, DimValue) else (int(kb) if kb is not None and kb.size == 1 else None)
+        out = _dim_arith(op, da, db) if da is not None and db is not None else None
+        if out is not None:
+            return DimValue(out)
+    if isinstance(a, ShapeValue) or isinstance(b, ShapeValue):  # shape arithmetic on symbolic dims
+        da = a.dims if isinstance(a, ShapeValue) else list(_ints(a, "shape arithmetic"))
+        db = b.dims if isinstance(b, ShapeValue) else list(_ints(b, "shape arithmetic"))
+        if len(da) == 1:
+            da = da * len(db)
+        if len(db) == 1:
+            db = db * len(da)
+        out = [_dim_arith(op, x, y) for x, y in zip(da, db)] if len(da) == len(db) else [None]
+        if all(d is not None for d in out):
+            return ShapeValue(out)
+    x, y = imp.tensor(a), imp.tensor(b)
+    if op in _LOGICAL.values():
+        dtype = "i1"
+    else:
+        dtype = x.dtype
+        if x.dtype != y.dtype:
+            raise LoweringError(f"{node.op_type}: operand dtypes differ ({x.dtype}, {y.dtype}); ONNX requires one type")
+    if op == "div" and dtype not in FLOAT_DTYPES:
+        op = "div"  # ONNX integer Div truncates, as the IR's integer div does
+    return elementwise(imp, op, [x, y], dtype)
+
+
+_UNARY = {
+    "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
+    "Neg": "neg", "Abs": "abs", "Erf": "erf", "Reciprocal": "reciprocal", "Floor": "floor", "Ceil": "ceil",
+    "Sin": "sin", "Cos": "cos", "Not": "logical_not", "Sign": "sign", "Round": "round",
+}  # fmt: skip
+
+
+@onnx_op(*_UNARY)
+def _unary(imp: OnnxImporter, node: Any, x: Any) -> Node:
+    return imp.graph.add(_UNARY[node.op_type], (imp.tensor(x),))
+
+
+@onnx_op("Identity")
+def _identity(imp: OnnxImporter, node: Any, x: Any) -> Any:
+    return x
+
+
+@onnx_op("Gelu")
+def _gelu(imp: OnnxImporter, node: Any, x: Any, approximate: str = "none") -> Node:
+    return imp.graph.add("gelu_tanh" if approximate == "tanh" else "gelu", (imp.tensor(x),))
+
+
+@onnx_op("LeakyRelu")
+def _leaky_relu(imp: OnnxImporter, node: Any, x: Any, alpha: float = 0.01) -> Node:
+    x = imp.tensor(x)
+    return select(imp, elementwise(imp, "lt", [x, 0.0], x.dtype), elementwise(imp, "mul", [x, alpha], x.dtype), x, x.dtype)
+
+
+@onnx_op("Clip")
+def _clip(imp: OnnxImporter, node: Any, x: Any, lo: Any = None, hi: Any = None) -> Node:
+    out = imp.tensor(x)
+    if lo is not None:
+        out = elementwise(imp, "maximum", [out, imp.tensor(lo)], out.dtype)
+    if hi is not None:
+        out = elementwise(imp, "minimum", [out, imp.tensor(hi)], out.dtype)
+    return out
+
+
+@onnx_op("Where")
+def _where(imp: OnnxImporter, node: Any, cond: Any, a: Any, b: Any) -> Node:
+    x, y = imp.tensor(a), imp.tensor(b)
+    return select(imp, imp.tensor(cond), x, y, x.dtype)
+
+
+@onnx_op("Cast")
+def _cast(imp: OnnxImporter, node: Any, x: Any, to: int) -> Any:
+    if to not in ELEM_TYPES:
+        raise LoweringError(f"Cast to element type {to}, which disc does not run")
+    k = _known(x)
+    if k is not None and not isinstance(x, Node):
+        return k.astype(numpy_dtype(ELEM_TYPES[to])) if ELEM_TYPES[to] != "bf16" else convert(imp, imp.tensor(x), "bf16")
+    if isinstance(x, ShapeValue) and ELEM_TYPES[to] in ("i64", "i32"):
+        return x
+    return convert(imp, imp.tensor(x), ELEM_TYPES[to])
+
+
+# -- linear algebra ----------------------------------------------------------------------------------
+def _matmul(imp: OnnxImporter, a: Node, b: Node) -> Node:
+    """numpy's matmul: 1-d operands promoted, batch dims broadcast."""
+    ra, rb = a.tensor_type.rank, b.tensor_type.rank
+    if ra == 1:
+        return reshape(imp, _matmul(imp, reshape(imp, a, [1, a.shape[0]]), b), [*b.shape[:-2], b.shape[-1]])
+    if rb == 1:
+        return reshape(imp, _matmul(imp, a, reshape(imp, b, [b.shape[0], 1])), list(a.shape[:-1]))
+    if rb == 2:
+        return imp.graph.add("dot_general", (a, b), {"lhs_contract": (ra - 1,), "rhs_contract": (0,)})
+    batch = broadcast_shapes(imp, [a.shape[:-2], b.shape[:-2]])
+    a = broadcast_to(imp, a, [*batch, *a.shape[-2:]])
+    b = broadcast_to(imp, b, [*batch, *b.shape[-2:]])
+    dims = tuple(range(len(batch)))
+    return imp.graph.add("dot_general", (a, b), {"lhs_batch": dims, "rhs_batch": dims, "lhs_contract": (len(batch) + 1,), "rhs_contract": (len(batch),)})
+
+
+@onnx_op("MatMul")
+def _matmul_op(imp: OnnxImporter, node: Any, a: Any, b: Any) -> Node:
+    return _matmul(imp, imp.tensor(a), imp.tensor(b))
+
+
+@onnx_op("Gemm")
+def _gemm(imp: OnnxImporter, node: Any, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 1.0, transA: int = 0, transB: int = 0) -> Node:
+    x, y = imp.tensor(a), imp.tensor(b)
+    if transA:
+        x = imp.graph.add("transpose", (x,), {"perm": (1, 0)})
+    if transB:
+        y = imp.graph.add("transpose", (y,), {"perm": (1, 0)})
+    out = _matmul(imp, x, y)
+    if alpha != 1.0:
+        out = elementwise(imp, "mul", [out, alpha], out.dtype)
+    if c is not None:
+        bias = imp.tensor(c)
+        if beta != 1.0:
+            bias = elementwise(imp, "mul", [bias, beta], out.dtype)
+        out = elementwise(imp, "add", [out, bias], out.dtype)
+    return out
+
+
+# -- normalisation and softmax -------------------------------------------------------------------------
+@onnx_op("Softmax", "LogSoftmax")
+def _softmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
+    x = imp.tensor(x)
+    axis = normalize_axis(axis, x.tensor_type.rank, node.op_type)
+    if imp.opset < 13:  # softmax over the flattened trailing dims
+        raise LoweringError(f"{node.op_type} before opset 13 (coerced to 2-d)")
+    shifted = elementwise(imp, "sub", [x, reduce(imp, x, [axis], "max", True)], x.dtype)
+    e = imp.graph.add("exp", (shifted,))
+    total = reduce(imp, e, [axis], "sum", True)
+    if node.op_type == "LogSoftmax":
+        return elementwise(imp, "sub", [shifted, imp.graph.add("log", (total,))], x.dtype)
+    return elementwise(imp, "div", [e, total], x.dtype)
+
+
+def _mean(imp: OnnxImporter, x: Node, axes: list[int]) -> Node:
+    n = product(x.shape[a] for a in axes)
+    count = imp.graph.add("index_to_tensor", (imp.index(n),), {"dtype": x.dtype}) if not n.is_const else float(n.const_value)
+    return elementwise(imp, "div", [reduce(imp, x, axes, "sum", True), count], x.dtype)
+
+
+@onnx_op("LayerNormalization")
+def _layer_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any = None, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Node:
+    if len(node.output) > 1 and any(node.output[1:]):
+        raise LoweringError("LayerNormalization's mean and inverse-deviation outputs")
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    axes = list(range(normalize_axis(axis, rank, "LayerNormalization"), rank))
+    centred = elementwise(imp, "sub", [x, _mean(imp, x, axes)], x.dtype)
+    var = _mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes)
+    out = elementwise(imp, "mul", [centred, imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))], x.dtype)
+    out = elementwise(imp, "mul", [out, imp.tensor(scale)], x.dtype)
+    return out if bias is None else elementwise(imp, "add", [out, imp.tensor(bias)], x.dtype)
+
+
+_REDUCE = {"ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceMean": "mean"}
+
+
+@onnx_op(*_REDUCE)
+def _reduce(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, keepdims: int = 1, noop_with_empty_axes: int = 0, axes: Sequence[int] | None = None) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    chosen = axes if axes is not None else (_ints(axes_in, f"{node.op_type} axes") if axes_in is not None else None)
+    if not chosen:
+        if noop_with_empty_axes:
+            return x
+        chosen = list(range(rank))
+    dims = sorted({normalize_axis(a, rank, node.op_type) for a in chosen})
+    kind = _REDUCE[node.op_type]
+    out = _mean(imp, x, dims) if kind == "mean" else reduce(imp, x, dims, kind, True)
+    if keepdims:
+        return out
+    return reshape(imp, out, [d for i, d in enumerate(x.shape) if i not in dims])
+
+
+# -- movement ------------------------------------------------------------------------------------------
+@onnx_op("Transpose")
+def _transpose(imp: OnnxImporter, node: Any, x: Any, perm: Sequence[int] | None = None) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    perm = tuple(perm) if perm is not None else tuple(reversed(range(rank)))
+    return x if perm == tuple(range(rank)) else imp.graph.add("transpose", (x,), {"perm": perm})
+
+
+@onnx_op("Shape")
+def _shape(imp: OnnxImporter, node: Any, x: Any, start: int = 0, end: int | None = None) -> ShapeValue:
+    dims = [len(x.dims)] if isinstance(x, ShapeValue) else list(imp.tensor(x).shape)
+    return ShapeValue(dims[start:end])
+
+
+@onnx_op("Size")
+def _size(imp: OnnxImporter, node: Any, x: Any) -> Node:
+    return imp.graph.add("index_to_tensor", (imp.index(product(imp.tensor(x).shape)),), {"dtype": "i64"})
+
+
+def _target_shape(imp: OnnxImporter, x: Node, dims: list[DimLike], allowzero: int) -> list[DimLike]:
+    """Reshape's target: 0 copies the input's dim (unless ``allowzero``), one -1 is inferred."""
+    out: list[DimLike] = []
+    infer = None
+    for i, d in enumerate(dims):
+        if isinstance(d, int) and d == 0 and not allowzero:
+            out.append(x.shape[i])
+        elif isinstance(d, int) and d == -1:
+            if infer is not None:
+                raise LoweringError("Reshape: more than one -1 in the shape")
+            infer = i
+            out.append(1)
+        else:
+            out.append(d)
+    if infer is not None:
+        from disc.shape.expr import exact_divide
+
+        known = imp.graph.constraints.normalize(product(out))
+        total = imp.graph.constraints.normalize(product(x.shape))
+        q = exact_divide(total, known)
+        if q is None:
+            raise LoweringError(f"Reshape: cannot infer -1 ({total} elements over {known})")
+        out[infer] = q
+    return out
+
+
+@onnx_op("Reshape")
+def _reshape(imp: OnnxImporter, node: Any, x: Any, shape: Any, allowzero: int = 0) -> Node:
+    x = imp.tensor(x)
+    return reshape(imp, x, _target_shape(imp, x, _dims_of(imp, shape, "Reshape's shape"), allowzero))
+
+
+@onnx_op("Flatten")
+def _flatten(imp: OnnxImporter, node: Any, x: Any, axis: int = 1) -> Node:
+    x = imp.tensor(x)
+    axis = normalize_axis(axis, x.tensor_type.rank + 1, "Flatten")
+    return reshape(imp, x, [product(x.shape[:axis]), product(x.shape[axis:])])
+
+
+def _axes(imp: OnnxImporter, node: Any, axes_in: Any, axes_attr: Any) -> list[int]:
+    if axes_attr is not None:
+        return list(axes_attr)
+    return _ints(axes_in, f"{node.op_type} axes") if axes_in is not None else []
+
+
+@onnx_op("Unsqueeze")
+def _unsqueeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: Any = None) -> Any:
+    wanted = _axes(imp, node, axes_in, axes)
+    if isinstance(x, ShapeValue) or (isinstance(x, np.ndarray) and x.ndim <= 1):
+        k = _known(x)
+        if isinstance(x, ShapeValue) and len(x.dims) == 1 and k is None:
+            return x  # a dim as a 1-element shape value: already 1-d
+        if k is not None and not isinstance(x, ShapeValue):
+            return np.expand_dims(k, tuple(wanted))
+    if isinstance(x, DimValue):
+        return ShapeValue([x.dim])
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank + len(wanted)
+    positions = sorted(normalize_axis(a, rank, "Unsqueeze") for a in wanted)
+    shape = list(x.shape)
+    for p in positions:
+        shape.insert(p, 1)
+    return reshape(imp, x, shape)
+
+
+@onnx_op("Squeeze")
+def _squeeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: Any = None) -> Any:
+    if isinstance(x, ShapeValue) and len(x.dims) == 1:
+        return DimValue(x.dims[0])
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    wanted = _axes(imp, node, axes_in, axes)
+    c = imp.graph.constraints
+    drop = {normalize_axis(a, rank, "Squeeze") for a in wanted} if wanted else {i for i, d in enumerate(x.shape) if c.prove_is_one(d)}
+    for a in drop:
+        if not c.prove_is_one(x.shape[a]):
+            raise LoweringError(f"Squeeze: dim {a} ({x.shape[a]}) is not provably 1")
+    return reshape(imp, x, [d for i, d in enumerate(x.shape) if i not in drop])
+
+
+@onnx_op("Gather")
+def _gather(imp: OnnxImporter, node: Any, x: Any, indices: Any, axis: int = 0) -> Any:
+    if isinstance(x, ShapeValue):
+        idx = _ints(indices, "Gather's indices into a shape")
+        picked = [x.dims[i] for i in idx]
+        return DimValue(picked[0]) if np.asarray(_known(indices)).ndim == 0 else ShapeValue(picked)
+    data = imp.tensor(x)
+    rank = data.tensor_type.rank
+    axis = normalize_axis(axis, rank, "Gather")
+    k = _known(indices)
+    if k is not None and k.ndim == 0:  # one index: a slice of width 1, then the dim dropped
+        start = as_expr(data.shape[axis]) + int(k) if int(k) < 0 else as_expr(int(k))
+        picked = imp.graph.add("slice", (data, imp.index(start), imp.index(start + 1)), {"axis": axis, "step": 1})
+        return reshape(imp, picked, [d for j, d in enumerate(data.shape) if j != axis])
+    index = imp.tensor(indices)
+    flat = reshape(imp, index, [product(index.shape)])
+    rows = imp.graph.add("index_select", (data, flat), {"axis": axis})
+    return reshape(imp, rows, [*data.shape[:axis], *index.shape, *data.shape[axis + 1 :]])
+
+
+@onnx_op("Concat")
+def _concat(imp: OnnxImporter, node: Any, *parts: Any, axis: int = 0) -> Any:
+    if any(isinstance(p, (ShapeValue, DimValue)) for p in parts) and all(isinstance(p, (ShapeValue, DimValue, np.ndarray)) for p in parts):
+        dims: list[DimLike] = []
+        for p in parts:
+            dims += [p.dim] if isinstance(p, DimValue) else _dims_of(imp, p, "Concat of shape values")
+        return ShapeValue(dims)
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts, axis=axis)
+    nodes = [imp.tensor(p) for p in parts]
+    axis = normalize_axis(axis, nodes[0].tensor_type.rank, "Concat")
+    return imp.graph.add("concat", tuple(nodes), {"axis": axis})
+
+
+@onnx_op("Slice")
+def _slice(imp: OnnxImporter, node: Any, x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Any:
+    s, e = _ints(starts, "Slice starts"), _ints(ends, "Slice ends")
+    ax = _ints(axes, "Slice axes") if axes is not None else list(range(len(s)))
+    st = _ints(steps, "Slice steps") if steps is not None else [1] * len(s)
+    if isinstance(x, ShapeValue) and ax == [0] and st == [1]:
+        return ShapeValue(x.dims[slice(s[0], e[0])])
+    out = imp.tensor(x)
+    for a, lo, hi, step in zip(ax, s, e, st):
+        a = normalize_axis(a, out.tensor_type.rank, "Slice")
+        if step <= 0:
+            raise LoweringError("Slice with a negative step")
+        bounds = [_clamped(imp, out.shape[a], v) for v in (lo, hi)]
+        out = imp.graph.add("slice", (out, *bounds), {"axis": a, "step": step})
+    return out
+
+
+def _clamped(imp: OnnxImporter, n: DimLike, v: int) -> Node:
+    """A Slice bound as an index into a dim of size ``n``: negative counts from the end, and
+    both ends clamp to [0, n] (at run time where ``n`` is a symbol)."""
+    c = imp.graph.constraints
+    if v < 0:
+        e = as_expr(n) + v
+        return imp.index(e) if c.prove_ge(e, 0) else imp.graph.add("imax", (imp.index(e), imp.index(0)))
+    if v >= 2**62 or (isinstance(n, int) and v >= n):
+        return imp.index(n)
+    return imp.index(v) if c.prove_ge(n, v) else imp.graph.add("imin", (imp.index(v), imp.index(n)))
+
+
+@onnx_op("Expand")
+def _expand(imp: OnnxImporter, node: Any, x: Any, shape: Any) -> Node:
+    x = imp.tensor(x)
+    target = _dims_of(imp, shape, "Expand's shape")
+    return broadcast_to(imp, x, broadcast_shapes(imp, [x.shape, target]))
+
+
+@onnx_op("ConstantOfShape")
+def _constant_of_shape(imp: OnnxImporter, node: Any, shape: Any, value: Any = None) -> Node:
+    fill = value if value is not None else np.zeros((1,), np.float32)
+    dims = _dims_of(imp, shape, "ConstantOfShape's shape")
+    scalar = imp.graph.add_constant(np.asarray(fill).reshape(()))
+    return imp.graph.add("broadcast_in_dim", (scalar, *imp.sizes(dims)), {"dims": ()})
+
+
+@onnx_op("Constant")
+def _constant(imp: OnnxImporter, node: Any, value: Any = None, value_float: float | None = None, value_int: int | None = None, value_floats: Any = None, value_ints: Any = None) -> np.ndarray:
+    if value is not None:
+        return value
+    if value_float is not None:
+        return np.array(value_float, np.float32)
+    if value_int is not None:
+        return np.array(value_int, np.int64)
+    if value_floats is not None:
+        return np.array(value_floats, np.float32)
+    if value_ints is not None:
+        return np.array(value_ints, np.int64)
+    raise LoweringError("Constant without a value")
+
+
+@onnx_op("Range")
+def _range(imp: OnnxImporter, node: Any, start: Any, limit: Any, delta: Any) -> Node:
+    s, d = _known(start), _known(delta)
+    if s is None or d is None or int(np.asarray(d)) != 1 or int(np.asarray(s)) != 0:
+        raise LoweringError("Range other than 0 .. n step 1")
+    n = limit.dim if isinstance(limit, DimValue) else int(np.asarray(_known(limit)))
+    dtype = dtype_of_numpy(s.dtype) if isinstance(start, np.ndarray) else "i64"
+    return imp.graph.add("iota", (imp.index(n),), {"dtype": dtype})
+
+
+# -- convolution and pooling -----------------------------------------------------------------------------
+@onnx_op("Conv")
+def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations: Any = None, group: int = 1, kernel_shape: Any = None, pads: Any = None, strides: Any = None, auto_pad: str = "NOTSET") -> Node:
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise LoweringError(f"Conv with auto_pad={auto_pad}")
+    x, w = imp.tensor(x), imp.tensor(w)
+    n = w.tensor_type.rank - 2
+    pads = list(pads) if pads is not None else [0] * (2 * n)
+    if pads[:n] != pads[n:]:
+        raise LoweringError(f"Conv with asymmetric pads {pads}")
+    out = imp.graph.add(
+        "convolution",
+        (x, w),
+        {
+            "stride": tuple(strides or [1] * n),
+            "padding": tuple(pads[:n]),
+            "dilation": tuple(dilations or [1] * n),
+            "groups": int(group),
+            "transposed": False,
+            "output_padding": tuple([0] * n),
+        },
+    )
+    if b is None:
+        return out
+    bias = imp.tensor(b)
+    return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (bias, *imp.sizes(out.shape)), {"dims": (1,)})))
+

@@ -1,0 +1,167 @@
+"""Building IR the way every frontend needs: index values, broadcasting, conversions.
+
+A frontend turns its framework's ops into ``Graph`` nodes; these are the steps they all share,
+independent of any framework: an index node for any symbolic dim (built from the dims of the
+inputs by index arithmetic, each computed once), numpy broadcasting decided by shape proofs,
+scalar literals, dtype conversions, reshapes and reductions. ``GraphBuilder`` holds one graph
+being built; the helpers take it as their first argument (the PyTorch importer is one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from disc.ir.graph import Graph, Node
+from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
+
+
+class LoweringError(Exception):
+    """A frontend op cannot be expressed in the IR (it becomes a fallback, or an error naming it)."""
+
+
+class GraphBuilder:
+    """One graph being built, with the index values its dims are computed from."""
+
+    def __init__(self, name: str = "main") -> None:
+        self.graph = Graph(name=name)
+        self.index_cache: dict[SymExpr, Node] = {}
+
+    def index(self, d: DimLike) -> Node:
+        """An index node with value ``d``, built from known index values by arithmetic."""
+        c = self.graph.constraints
+        e = c.normalize(as_expr(d))
+        if e in self.index_cache:
+            return self.index_cache[e]
+        if e.is_const:
+            node = self.graph.add("index_const", (), {"value": e.const_value})
+        else:
+            node = self._materialize(e)
+        self.index_cache[e] = node
+        return node
+
+    def _materialize(self, e: SymExpr) -> Node:
+        total: Node | None = None
+        for mono, coeff in e.terms:
+            term = self.index(SymExpr.const(abs(coeff))) if (abs(coeff) != 1 or not mono) else None
+            for atom in mono:
+                a = self._atom(atom)
+                term = a if term is None else self.graph.add("imul", (term, a))
+            assert term is not None
+            if total is None:
+                total = term if coeff > 0 else self.graph.add("isub", (self.index(0), term))
+            else:
+                total = self.graph.add("iadd" if coeff > 0 else "isub", (total, term))
+        assert total is not None
+        return total
+
+    def _atom(self, atom: Any) -> Node:
+        from disc.shape.expr import FloorDiv
+
+        if isinstance(atom, FloorDiv):
+            return self.graph.add("ifloordiv", (self.index(atom.num), self.index(atom.den)))
+        e = SymExpr.symbol(atom.name)
+        if e in self.index_cache:
+            return self.index_cache[e]
+        raise LoweringError(f"no value in the program computes symbol {atom.name}")
+
+    def register_dims(self, node: Node) -> None:
+        """Make every symbolic dim of ``node`` available as an index value."""
+        for axis, d in enumerate(node.shape):
+            if isinstance(d, SymExpr):
+                e = self.graph.constraints.normalize(d)
+                if e not in self.index_cache and e.as_symbol():
+                    self.index_cache[e] = self.graph.add("dim", (node,), {"axis": axis})
+
+    def sizes(self, dims: Sequence[DimLike]) -> list[Node]:
+        return [self.index(d) for d in dims]
+
+
+def scalar(ctx: GraphBuilder, value: Any, dtype: str) -> Node:
+    if isinstance(value, Node):
+        return convert(ctx, value, dtype)
+    if dtype == "i1":
+        value = bool(value)
+    elif dtype.startswith("f") or dtype == "bf16":
+        value = float(value)
+    else:
+        value = int(value)
+    return ctx.graph.add("constant", (), {"value": value, "dtype": dtype})
+
+
+def convert(ctx: GraphBuilder, x: Node, dtype: str) -> Node:
+    if x.is_index:
+        x = ctx.graph.add("index_to_tensor", (x,), {"dtype": "i64"})
+    return x if x.dtype == dtype else ctx.graph.add("convert", (x,), {"dtype": dtype})
+
+
+def broadcast_shapes(ctx: GraphBuilder, shapes: Sequence[Sequence[DimLike]]) -> tuple[DimLike, ...]:
+    """Numpy broadcasting over symbolic dims, decided by proofs only."""
+    c = ctx.graph.constraints
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[DimLike] = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        chosen: DimLike = 1
+        for d in dims:
+            if c.prove_is_one(d):
+                continue
+            if c.prove_is_one(chosen) or c.prove_equal(chosen, d):
+                chosen = d
+                continue
+            # Two dims neither provably equal nor provably 1: torch decided at
+            # trace time which one wins; the broadcast itself is checked at run time.
+            if c.prove_not_one(d) and not c.prove_not_one(chosen):
+                chosen = d
+        out.append(simplify_dim(chosen) if isinstance(chosen, SymExpr) else chosen)
+    return tuple(out)
+
+
+def broadcast_to(ctx: GraphBuilder, x: Node, shape: Sequence[DimLike]) -> Node:
+    c = ctx.graph.constraints
+    if c.prove_same_shape(x.shape, shape):
+        return x
+    rank = len(shape)
+    if x.tensor_type.rank > rank:
+        raise LoweringError(f"cannot broadcast rank {x.tensor_type.rank} to rank {rank}")
+    dims = tuple(range(rank - x.tensor_type.rank, rank))
+    return ctx.graph.add("broadcast_in_dim", (x, *ctx.sizes(shape)), {"dims": dims})
+
+
+def elementwise(ctx: GraphBuilder, op: str, operands: Sequence[Any], compute_dtype: str) -> Node:
+    nodes = [scalar(ctx, v, compute_dtype) for v in operands]
+    shape = broadcast_shapes(ctx, [n.shape for n in nodes])
+    nodes = [broadcast_to(ctx, n, shape) for n in nodes]
+    return ctx.graph.add(op, nodes)
+
+
+def reshape(ctx: GraphBuilder, x: Node, shape: Sequence[DimLike]) -> Node:
+    if ctx.graph.constraints.prove_same_shape(x.shape, shape):
+        return x
+    return ctx.graph.add("reshape", (x, *ctx.sizes(shape)))
+
+
+def reduce(ctx: GraphBuilder, x: Node, dims: Sequence[int], kind: str, keepdim: bool) -> Node:
+    if x.tensor_type.rank == 0:
+        dims = ()  # a 0-d tensor's dim 0 or -1 names the tensor itself: nothing reduces
+    return ctx.graph.add("reduce", (x,), {"dims": tuple(sorted(dims)), "kind": kind, "keepdim": keepdim})
+
+
+def numel_of(ctx: GraphBuilder, x: Node, dims: Sequence[int], dtype: str) -> Node:
+    """The element count of ``dims`` of ``x`` as a 0-d tensor (a shape value used as data)."""
+    n = product(x.shape[d] for d in dims)
+    if n.is_const:
+        return scalar(ctx, n.const_value, dtype)
+    return ctx.graph.add("index_to_tensor", (ctx.index(n),), {"dtype": dtype})
+
+
+def mean(ctx: GraphBuilder, x: Node, dims: Sequence[int], keepdim: bool) -> Node:
+    total = reduce(ctx, x, dims, "sum", keepdim)
+    return elementwise(ctx, "div", [total, numel_of(ctx, x, dims, x.dtype)], x.dtype)
+
+
+def select(ctx: GraphBuilder, cond: Any, a: Any, b: Any, dtype: str) -> Node:
+    """``cond ? a : b`` in ``dtype``, every operand broadcast to their common shape."""
+    nodes = [convert(ctx, cond, "i1"), scalar(ctx, a, dtype), scalar(ctx, b, dtype)]
+    shape = broadcast_shapes(ctx, [n.shape for n in nodes])
+    return ctx.graph.add("select", [broadcast_to(ctx, n, shape) for n in nodes])

@@ -1,0 +1,234 @@
+"""The ONNX frontend against ONNX Runtime: models built in code with random weights, compiled once,
+run over shape streams that start with size-1 dims."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import disc  # noqa: E402
+import disc.onnx  # noqa: E402
+
+H, HEADS = 16, 4
+
+
+def _f32(rng, name, *shape, scale=0.3):
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _i64(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _model(nodes, inputs, outputs, inits, opset=20):
+    m = helper.make_model(helper.make_graph(nodes, "m", inputs, outputs, inits), opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(m)
+    return m
+
+
+def encoder_layer() -> onnx.ModelProto:
+    """One BERT-style layer as an exporter writes it: the head split's shape computed from the
+    input by Shape -> Gather -> Unsqueeze -> Concat -> Reshape, a padding mask, softmax
+    attention, residual + LayerNorm, a GELU MLP and a mean over the last dim."""
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["shape"]),
+        n("Gather", ["shape", "zero"], ["b"], axis=0),
+        n("Gather", ["shape", "one"], ["s"], axis=0),
+        n("Unsqueeze", ["b", "axis0"], ["b1"]),
+        n("Unsqueeze", ["s", "axis0"], ["s1"]),
+        n("Concat", ["b1", "s1", "heads", "head_size"], ["split"], axis=0),
+        n("Concat", ["b1", "s1", "hidden"], ["merge"], axis=0),
+    ]
+    for p in "qkv":
+        nodes += [n("MatMul", ["x", f"w{p}"], [f"{p}0"]), n("Add", [f"{p}0", f"b{p}"], [f"{p}1"]), n("Reshape", [f"{p}1", "split"], [f"{p}2"])]
+    nodes += [
+        n("Transpose", ["q2"], ["q"], perm=[0, 2, 1, 3]),
+        n("Transpose", ["k2"], ["kt"], perm=[0, 2, 3, 1]),
+        n("Transpose", ["v2"], ["v"], perm=[0, 2, 1, 3]),
+        n("MatMul", ["q", "kt"], ["scores0"]),
+        n("Div", ["scores0", "root"], ["scores1"]),
+        n("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+        n("Sub", ["onef", "maskf"], ["hidden_keys"]),
+        n("Mul", ["hidden_keys", "big"], ["bias0"]),
+        n("Unsqueeze", ["bias0", "axes12"], ["bias"]),
+        n("Add", ["scores1", "bias"], ["scores"]),
+        n("Softmax", ["scores"], ["probs"], axis=-1),
+        n("MatMul", ["probs", "v"], ["ctx0"]),
+        n("Transpose", ["ctx0"], ["ctx1"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["ctx1", "merge"], ["ctx"]),
+        n("Add", ["ctx", "x"], ["res"]),
+        n("LayerNormalization", ["res", "gamma", "beta"], ["normed"], axis=-1, epsilon=1e-5),
+        n("MatMul", ["normed", "w1"], ["up0"]),
+        n("Gelu", ["up0"], ["up"]),
+        n("ReduceMean", ["up", "last"], ["pooled"], keepdims=0),
+    ]
+    inits = [_f32(rng, f"w{p}", H, H) for p in "qkv"] + [_f32(rng, f"b{p}", H) for p in "qkv"]
+    inits += [_f32(rng, "gamma", H, scale=1.0), _f32(rng, "beta", H), _f32(rng, "w1", H, 8)]
+    inits += [_i64("zero", 0), _i64("one", 1), _i64("axis0", [0]), _i64("heads", [HEADS]), _i64("head_size", [H // HEADS]), _i64("hidden", [H])]
+    inits += [_i64("axes12", [1, 2]), _i64("last", [-1])]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in (("root", 2.0), ("onef", 1.0), ("big", 10000.0))]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", H]), helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])]
+    outputs = [helper.make_tensor_value_info("up", TensorProto.FLOAT, ["batch", "seq", 8]), helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", "seq"])]
+    return _model(nodes, inputs, outputs, inits)
+
+
+def _text_inputs(rng, b, s):
+    mask = (rng.random((b, s)) > 0.3).astype(np.int64)
+    mask[:, 0] = 1
+    return rng.standard_normal((b, s, H)).astype(np.float32), mask
+
+
+def _check(prog, sess, feeds: dict, tol: float = 1e-5) -> None:
+    want = sess.run(None, feeds)
+    got = prog(**feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        if w.size:  # (a slice past a short sequence's end is empty, in both)
+            assert np.abs(g - w).max() <= tol * max(1.0, np.abs(w).max()), np.abs(g - w).max()
+
+
+def test_an_encoder_layer_compiles_once_and_matches_onnx_runtime_at_every_shape():
+    model = encoder_layer()
+    sess = ort.InferenceSession(model.SerializeToString())
+    prog = disc.onnx.compile(model)
+    assert prog.report.backend.name == "native-cpu"
+    # The shape subgraph is index ops, not tensors computed at each call.
+    assert not any(n.op in ("index_to_tensor", "concat") for n in prog.graph.nodes)
+    rng = np.random.default_rng(1)
+    for b, s in [(1, 1), (1, 7), (2, 5), (3, 17), (4, 64)]:
+        x, mask = _text_inputs(rng, b, s)
+        _check(prog, sess, {"x": x, "mask": mask})
+    x, mask = _text_inputs(rng, 2, 3)
+    assert np.array_equal(prog(x, mask)[0], prog(mask=mask, x=x)[0])  # positional or by name
+
+
+def test_torch_tensors_in_give_torch_tensors_out():
+    torch = pytest.importorskip("torch")
+    prog = disc.onnx.compile(encoder_layer())
+    x, mask = _text_inputs(np.random.default_rng(2), 2, 6)
+    got = prog(torch.from_numpy(x), torch.from_numpy(mask))
+    assert all(isinstance(g, torch.Tensor) for g in got)
+    np.testing.assert_array_equal(got[1].numpy(), prog(x, mask)[1])
+
+
+def test_a_dim_param_named_twice_is_one_dim_and_a_mismatch_names_the_input():
+    prog = disc.onnx.compile(encoder_layer())
+    x, _ = _text_inputs(np.random.default_rng(3), 2, 5)
+    with pytest.raises(disc.ShapeError, match="input 'mask' dim 1 is 4"):
+        prog(x, np.ones((2, 4), np.int64))
+    with pytest.raises(disc.InputError, match="missing input 'mask'"):
+        prog(x)
+    with pytest.raises(disc.InputError, match="unexpected input"):
+        prog(x, np.ones((2, 5), np.int64), extra=x)
+
+
+def test_dynamic_pins_or_renames_dims_and_checks_its_axes():
+    model = encoder_layer()
+    prog = disc.onnx.compile(model, dynamic={"x": {0: 2}, "mask": {0: 2}})
+    x, mask = _text_inputs(np.random.default_rng(4), 2, 9)
+    _check(prog, ort.InferenceSession(model.SerializeToString()), {"x": x, "mask": mask})
+    with pytest.raises(disc.ShapeError, match="input 'x' dim 0 is 3"):
+        prog(*_text_inputs(np.random.default_rng(5), 3, 9))
+    with pytest.raises(disc.CompileError, match="names axis 5"):
+        disc.onnx.compile(model, dynamic={"x": {5: "n"}})
+    with pytest.raises(disc.CompileError, match="names input"):
+        disc.onnx.compile(model, dynamic={"ids": {0: "n"}})
+
+
+def test_an_unsupported_op_is_named_with_its_node_and_opset_before_anything_runs():
+    n = helper.make_node
+    model = _model(
+        [n("Relu", ["x"], ["r"]), n("NonMaxSuppression", ["boxes", "scores"], ["sel"], name="nms")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]), helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, "k", 4]), helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, "k"])],
+        [helper.make_tensor_value_info("sel", TensorProto.INT64, ["m", 3])],
+        [],
+    )
+    with pytest.raises(disc.CompileError, match=r"node 'nms' \(NonMaxSuppression, opset 20\): NonMaxSuppression is not supported"):
+        disc.onnx.compile(model)
+    with pytest.raises(disc.CompileError, match="no ONNX file"):
+        disc.onnx.compile("/nonexistent/model.onnx")
+
+
+def small_cnn() -> onnx.ModelProto:
+    """Conv -> Relu -> Conv (stride 2, grouped) -> mean over the image -> Flatten -> Gemm (transB)."""
+    rng = np.random.default_rng(6)
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["img", "w1", "c1"], ["a0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n("Relu", ["a0"], ["a"]),
+        n("Conv", ["a", "w2"], ["b0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], group=2),
+        n("Sigmoid", ["b0"], ["b"]),
+        n("ReduceMean", ["b", "hw"], ["pooled"], keepdims=1),
+        n("Flatten", ["pooled"], ["flat"], axis=1),
+        n("Gemm", ["flat", "fc", "fcb"], ["logits"], transB=1, alpha=0.5),
+    ]
+    inits = [_f32(rng, "w1", 8, 3, 3, 3), _f32(rng, "c1", 8), _f32(rng, "w2", 8, 4, 3, 3), _f32(rng, "fc", 5, 8), _f32(rng, "fcb", 5), _i64("hw", [2, 3])]
+    return _model(nodes, [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["n", 3, "h", "w"])], [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 5])], inits)
+
+
+def test_a_cnn_at_several_image_sizes():
+    model = small_cnn()
+    sess = ort.InferenceSession(model.SerializeToString())
+    prog = disc.onnx.compile(model)
+    rng = np.random.default_rng(7)
+    for shape in [(1, 3, 1, 1), (1, 3, 7, 5), (2, 3, 16, 16), (3, 3, 9, 12)]:
+        _check(prog, sess, {"img": rng.standard_normal(shape).astype(np.float32)}, tol=1e-4)
+
+
+def shape_ops() -> onnx.ModelProto:
+    """Position ids by Range over the sequence's length, an embedding Gather, a Slice whose end
+    may pass the dim (ONNX clamps it), Expand, ConstantOfShape, Where and a Squeeze."""
+    rng = np.random.default_rng(8)
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["ids"], ["shape"]),
+        n("Gather", ["shape", "one"], ["s"], axis=0),
+        n("Range", ["zero", "s", "one"], ["pos"]),
+        n("Gather", ["table", "ids"], ["tok"], axis=0),
+        n("Gather", ["ptable", "pos"], ["posv"], axis=0),
+        n("Add", ["tok", "posv"], ["emb"]),
+        n("Slice", ["emb", "start", "end", "axis1"], ["head"]),
+        n("ConstantOfShape", ["shape"], ["zeros"], value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        n("Unsqueeze", ["zeros", "last"], ["zeros3"]),
+        n("Expand", ["zeros3", "full"], ["halfs"]),
+        n("Greater", ["emb", "halfs"], ["big"]),
+        n("Where", ["big", "emb", "halfs"], ["clipped"]),
+        n("ReduceSum", ["clipped", "axis1"], ["summed"], keepdims=1),
+        n("Squeeze", ["summed", "axis1"], ["out"]),
+    ]
+    inits = [_f32(rng, "table", 11, 6, scale=1.0), _f32(rng, "ptable", 40, 6, scale=1.0), _i64("zero", 0), _i64("one", 1), _i64("start", [1]), _i64("end", [4]), _i64("axis1", [1]), _i64("last", [2]), _i64("full", [1, 1, 6])]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 6]), helper.make_tensor_value_info("head", TensorProto.FLOAT, ["batch", None, 6])],
+        inits,
+    )
+
+
+def test_shape_subgraphs_ranges_slices_past_the_end_and_masks():
+    model = shape_ops()
+    sess = ort.InferenceSession(model.SerializeToString())
+    prog = disc.onnx.compile(model)
+    rng = np.random.default_rng(9)
+    for b, s in [(1, 1), (1, 2), (2, 3), (3, 4), (2, 9), (1, 40)]:
+        _check(prog, sess, {"ids": rng.integers(0, 11, (b, s)).astype(np.int64)})
+
+
+def test_a_compiled_onnx_program_saves_and_runs_with_numpy_alone(tmp_path):
+    import disc_runtime
+
+    model = encoder_layer()
+    prog = disc.onnx.compile(model)
+    folder = prog.save(tmp_path / "encoder")
+    loaded = disc_runtime.load(folder)
+    assert [t.name for t in loaded.inputs] == ["x", "mask"]
+    x, mask = _text_inputs(np.random.default_rng(10), 3, 11)
+    for g, w in zip(loaded.run(x, mask), prog(x, mask)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
