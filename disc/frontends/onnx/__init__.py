@@ -75,8 +75,14 @@ def import_model(model: Any, dynamic: Mapping[str, Mapping[int, str | int]] | No
 
     proto = _load(model)
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
-    if opset < 13:
-        raise CompileError(f"opset {opset}: disc's ONNX frontend takes opset 13 or newer (onnx.version_converter can convert the model)")
+    if opset < 13:  # the table follows opset 13 on: older models are converted first
+        from onnx import version_converter
+
+        try:
+            proto = version_converter.convert_version(proto, 13)
+        except Exception as e:
+            raise CompileError(f"opset {opset}: disc's ONNX frontend takes opset 13 or newer, and onnx.version_converter could not convert this model ({type(e).__name__}: {e})") from None
+        opset = 13
     g = proto.graph
     imp = OnnxImporter(g.name or "onnx_model", opset)
     initializers = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -104,6 +110,25 @@ def import_model(model: Any, dynamic: Mapping[str, Mapping[int, str | int]] | No
     outputs = [o.name for o in g.output]
     imp.graph.outputs = [imp.tensor(imp.values[name]) for name in outputs]
     return imp, inputs, outputs
+
+
+def _to_torch(a: np.ndarray) -> Any:
+    import torch
+
+    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx uses): the same bits
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _to_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes  # installed with onnx
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 class OnnxProgram:
@@ -148,10 +173,10 @@ class OnnxProgram:
                 raise InputError(f"input {name!r}: not an array ({type(v).__name__}: {e})") from None
             if a.dtype == object:
                 raise InputError(f"input {name!r}: an array of Python objects, not numbers")
-            tensors.append(torch.from_numpy(a))
+            tensors.append(_to_torch(a))
         outs = self.compiled(*tensors)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        return outs if as_torch else [o.detach().cpu().numpy() for o in outs]
+        return outs if as_torch else [_to_numpy(o) for o in outs]
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write the program; ``disc.load`` (with PyTorch) or ``disc_runtime.load`` (numpy only) runs it."""
@@ -165,7 +190,6 @@ def compile(
     backend: str | None = None,
 ) -> OnnxProgram:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) once for every shape."""
-    import torch
     import torch.utils._pytree as pytree
 
     from disc.api import _apply_user_facts, _split_constraints
@@ -181,7 +205,7 @@ def compile(
     for name, (lo, hi) in ranges.items():
         graph.constraints.set_range(name, lo, hi)
     # The executors of this version hold tensors as PyTorch's (the model's weights are not copied).
-    graph.constants = {k: torch.from_numpy(np.require(v, requirements=['C', 'W'])) if isinstance(v, np.ndarray) else v for k, v in graph.constants.items()}
+    graph.constants = {k: _to_torch(np.require(v, requirements=['C', 'W'])) if isinstance(v, np.ndarray) else v for k, v in graph.constants.items()}
     program = compile_graph(graph, {}, backend=backend, device="cpu")
     report = CompileReport(
         name=graph.name, source="disc.onnx", graph=program.graph, fallbacks={}, compile_seconds=time.perf_counter() - start, backend=program.choice

@@ -57,7 +57,7 @@ def _dims_of(imp: OnnxImporter, v: Any, what: str) -> list[DimLike]:
 
 
 # -- elementwise -------------------------------------------------------------------------------------
-_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "Max": "maximum", "Min": "minimum"}
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "Mod": "remainder"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
 _LOGICAL = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
 _NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
@@ -77,8 +77,10 @@ def _dim_arith(op: str, a: DimLike, b: DimLike) -> DimLike | None:
 
 
 @onnx_op(*_BINARY, *_COMPARE, *_LOGICAL)
-def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any) -> Any:
+def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
     op = _BINARY.get(node.op_type) or _COMPARE.get(node.op_type) or _LOGICAL[node.op_type]
+    if op == "remainder" and fmod:
+        op = "fmod"  # the dividend's sign, as C's fmod (the default, 0, takes the divisor's)
     ka, kb = _known(a), _known(b)
     if ka is not None and kb is not None and op in _NUMPY and ka.dtype.kind in "iu" and kb.dtype.kind in "iu":
         return _NUMPY[op](ka, kb).astype(np.result_type(ka, kb))  # shape arithmetic on constants
@@ -122,6 +124,20 @@ def _unary(imp: OnnxImporter, node: Any, x: Any) -> Node:
     return imp.graph.add(_UNARY[node.op_type], (imp.tensor(x),))
 
 
+_VARIADIC = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "add"}
+
+
+@onnx_op(*_VARIADIC)
+def _variadic(imp: OnnxImporter, node: Any, *xs: Any) -> Node:
+    nodes = [imp.tensor(x) for x in xs]
+    out = nodes[0]
+    for x in nodes[1:]:
+        out = elementwise(imp, _VARIADIC[node.op_type], [out, x], out.dtype)
+    if node.op_type == "Mean" and len(nodes) > 1:
+        out = elementwise(imp, "div", [out, float(len(nodes))], out.dtype)
+    return out
+
+
 @onnx_op("Identity")
 def _identity(imp: OnnxImporter, node: Any, x: Any) -> Any:
     return x
@@ -148,14 +164,66 @@ def _clip(imp: OnnxImporter, node: Any, x: Any, lo: Any = None, hi: Any = None) 
     return out
 
 
+@onnx_op("Elu", "Selu", "Celu")
+def _elu(imp: OnnxImporter, node: Any, x: Any, alpha: float | None = None, gamma: float = 1.0507009873554805) -> Node:
+    x = imp.tensor(x)
+    defaults = {"Elu": 1.0, "Selu": 1.6732632423543772, "Celu": 1.0}
+    a = defaults[node.op_type] if alpha is None else alpha
+    inner = elementwise(imp, "div", [x, a], x.dtype) if node.op_type == "Celu" else x
+    neg = elementwise(imp, "mul", [imp.graph.add("expm1", (inner,)), a], x.dtype)
+    out = select(imp, elementwise(imp, "gt", [x, 0.0], x.dtype), x, neg, x.dtype)
+    return elementwise(imp, "mul", [out, gamma], x.dtype) if node.op_type == "Selu" else out
+
+
+@onnx_op("HardSigmoid", "HardSwish")
+def _hard_sigmoid(imp: OnnxImporter, node: Any, x: Any, alpha: float | None = None, beta: float = 0.5) -> Node:
+    x = imp.tensor(x)
+    a = (1.0 / 6.0 if node.op_type == "HardSwish" else 0.2) if alpha is None else alpha
+    y = elementwise(imp, "add", [elementwise(imp, "mul", [x, a], x.dtype), beta], x.dtype)
+    y = elementwise(imp, "minimum", [elementwise(imp, "maximum", [y, 0.0], x.dtype), 1.0], x.dtype)
+    return elementwise(imp, "mul", [x, y], x.dtype) if node.op_type == "HardSwish" else y
+
+
+@onnx_op("Softplus", "Softsign", "Mish")
+def _soft(imp: OnnxImporter, node: Any, x: Any) -> Node:
+    x = imp.tensor(x)
+    if node.op_type == "Softsign":
+        return elementwise(imp, "div", [x, elementwise(imp, "add", [imp.graph.add("abs", (x,)), 1.0], x.dtype)], x.dtype)
+    # log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large x
+    soft = elementwise(imp, "add", [imp.graph.add("relu", (x,)), imp.graph.add("log1p", (imp.graph.add("exp", (imp.graph.add("neg", (imp.graph.add("abs", (x,)),)),)),))], x.dtype)
+    return soft if node.op_type == "Softplus" else elementwise(imp, "mul", [x, imp.graph.add("tanh", (soft,))], x.dtype)
+
+
+@onnx_op("PRelu")
+def _prelu(imp: OnnxImporter, node: Any, x: Any, slope: Any) -> Node:
+    x = imp.tensor(x)
+    return select(imp, elementwise(imp, "lt", [x, 0.0], x.dtype), elementwise(imp, "mul", [x, imp.tensor(slope)], x.dtype), x, x.dtype)
+
+
+@onnx_op("Dropout")
+def _dropout(imp: OnnxImporter, node: Any, x: Any, ratio: Any = None, training_mode: Any = None, seed: int | None = None) -> Any:
+    if training_mode is not None and bool(np.asarray(_known(training_mode)).reshape(-1)[0] if _known(training_mode) is not None else True):
+        raise LoweringError("Dropout in training mode")
+    if len(node.output) > 1 and node.output[1]:
+        x = imp.tensor(x)
+        ones = imp.graph.add("broadcast_in_dim", (imp.graph.add_constant(np.array(True)), *imp.sizes(x.shape)), {"dims": ()})
+        return [x, ones]
+    return x
+
+
 @onnx_op("Where")
 def _where(imp: OnnxImporter, node: Any, cond: Any, a: Any, b: Any) -> Node:
     x, y = imp.tensor(a), imp.tensor(b)
     return select(imp, imp.tensor(cond), x, y, x.dtype)
 
 
+@onnx_op("CastLike")
+def _cast_like(imp: OnnxImporter, node: Any, x: Any, like: Any, saturate: int = 1) -> Any:
+    return convert(imp, imp.tensor(x), imp.tensor(like).dtype)
+
+
 @onnx_op("Cast")
-def _cast(imp: OnnxImporter, node: Any, x: Any, to: int) -> Any:
+def _cast(imp: OnnxImporter, node: Any, x: Any, to: int, saturate: int = 1, round_mode: str = "up") -> Any:
     if to not in ELEM_TYPES:
         raise LoweringError(f"Cast to element type {to}, which disc does not run")
     k = _known(x)
@@ -168,12 +236,22 @@ def _cast(imp: OnnxImporter, node: Any, x: Any, to: int) -> Any:
 
 # -- linear algebra ----------------------------------------------------------------------------------
 def _matmul(imp: OnnxImporter, a: Node, b: Node) -> Node:
-    """numpy's matmul: 1-d operands promoted, batch dims broadcast."""
+    """numpy's matmul: a 1-d operand is a row (lhs) or a column (rhs) whose dim is then dropped,
+    batch dims broadcast."""
     ra, rb = a.tensor_type.rank, b.tensor_type.rank
-    if ra == 1:
-        return reshape(imp, _matmul(imp, reshape(imp, a, [1, a.shape[0]]), b), [*b.shape[:-2], b.shape[-1]])
+    out = _matmul_2d_up(imp, reshape(imp, a, [1, a.shape[0]]) if ra == 1 else a, reshape(imp, b, [b.shape[0], 1]) if rb == 1 else b)
+    if ra > 1 and rb > 1:
+        return out
+    shape = list(out.shape)
     if rb == 1:
-        return reshape(imp, _matmul(imp, a, reshape(imp, b, [b.shape[0], 1])), list(a.shape[:-1]))
+        shape.pop(-1)
+    if ra == 1:
+        shape.pop(-1 if rb == 1 else -2)
+    return reshape(imp, out, shape)
+
+
+def _matmul_2d_up(imp: OnnxImporter, a: Node, b: Node) -> Node:
+    ra, rb = a.tensor_type.rank, b.tensor_type.rank
     if rb == 2:
         return imp.graph.add("dot_general", (a, b), {"lhs_contract": (ra - 1,), "rhs_contract": (0,)})
     batch = broadcast_shapes(imp, [a.shape[:-2], b.shape[:-2]])
@@ -219,6 +297,33 @@ def _softmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
     if node.op_type == "LogSoftmax":
         return elementwise(imp, "sub", [shifted, imp.graph.add("log", (total,))], x.dtype)
     return elementwise(imp, "div", [e, total], x.dtype)
+
+
+@onnx_op("BatchNormalization")
+def _batch_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, epsilon: float = 1e-5, momentum: float = 0.9, training_mode: int = 0) -> Node:
+    if training_mode or (len(node.output) > 1 and any(node.output[1:])):
+        raise LoweringError("BatchNormalization in training mode")
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+
+    def channel(v: Any) -> Node:
+        return imp.graph.add("broadcast_in_dim", (imp.tensor(v), *imp.sizes(x.shape)), {"dims": (1,)}) if rank > 1 else imp.tensor(v)
+
+    inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [imp.tensor(var), epsilon], x.dtype),))
+    out = elementwise(imp, "mul", [elementwise(imp, "sub", [x, channel(mean)], x.dtype), channel(elementwise(imp, "mul", [inv, imp.tensor(scale)], x.dtype))], x.dtype)
+    return elementwise(imp, "add", [out, channel(bias)], x.dtype)
+
+
+@onnx_op("InstanceNormalization")
+def _instance_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, epsilon: float = 1e-5) -> Node:
+    x = imp.tensor(x)
+    axes = list(range(2, x.tensor_type.rank))
+    centred = elementwise(imp, "sub", [x, _mean(imp, x, axes)], x.dtype)
+    var = _mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes)
+    out = elementwise(imp, "mul", [centred, imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))], x.dtype)
+    dims = {"dims": (1,)}
+    out = elementwise(imp, "mul", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(scale), *imp.sizes(x.shape)), dims)], x.dtype)
+    return elementwise(imp, "add", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(bias), *imp.sizes(x.shape)), dims)], x.dtype)
 
 
 def _mean(imp: OnnxImporter, x: Node, axes: list[int]) -> Node:
@@ -316,7 +421,10 @@ def _reshape(imp: OnnxImporter, node: Any, x: Any, shape: Any, allowzero: int = 
 @onnx_op("Flatten")
 def _flatten(imp: OnnxImporter, node: Any, x: Any, axis: int = 1) -> Node:
     x = imp.tensor(x)
-    axis = normalize_axis(axis, x.tensor_type.rank + 1, "Flatten")
+    rank = x.tensor_type.rank
+    if not -rank <= axis <= rank:
+        raise LoweringError(f"Flatten axis {axis} outside [-{rank}, {rank}]")
+    axis = axis + rank if axis < 0 else axis
     return reshape(imp, x, [product(x.shape[:axis]), product(x.shape[axis:])])
 
 
@@ -491,3 +599,127 @@ def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations
     bias = imp.tensor(b)
     return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (bias, *imp.sizes(out.shape)), {"dims": (1,)})))
 
+
+
+# -- pooling ---------------------------------------------------------------------------------------------
+def _pool_attrs(node: Any, rank: int, kernel_shape: Sequence[int], strides: Any, pads: Any, dilations: Any, auto_pad: str) -> dict:
+    n = len(kernel_shape)
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise LoweringError(f"{node.op_type} with auto_pad={auto_pad}")
+    pads = list(pads) if pads is not None else [0] * (2 * n)
+    lead = rank - n
+    return {
+        "window": (1,) * lead + tuple(kernel_shape),
+        "strides": (1,) * lead + tuple(strides or [1] * n),
+        "padding": ((0, 0),) * lead + tuple((pads[i], pads[i + n]) for i in range(n)),
+        "dilation": (1,) * lead + tuple(dilations or [1] * n),
+    }
+
+
+@onnx_op("MaxPool")
+def _max_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] = (), strides: Any = None, pads: Any = None, dilations: Any = None, ceil_mode: int = 0, auto_pad: str = "NOTSET", storage_order: int = 0) -> Node:
+    if len(node.output) > 1 and node.output[1]:
+        raise LoweringError("MaxPool's Indices output")
+    x = imp.tensor(x)
+    attrs = _pool_attrs(node, x.tensor_type.rank, kernel_shape, strides, pads, dilations, auto_pad)
+    return imp.graph.add("reduce_window", (x,), {"kind": "max", "ceil_mode": bool(ceil_mode), **attrs})
+
+
+@onnx_op("AveragePool")
+def _avg_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] = (), strides: Any = None, pads: Any = None, dilations: Any = None, ceil_mode: int = 0, auto_pad: str = "NOTSET", count_include_pad: int = 0) -> Node:
+    x = imp.tensor(x)
+    attrs = _pool_attrs(node, x.tensor_type.rank, kernel_shape, strides, pads, dilations, auto_pad)
+    total = imp.graph.add("reduce_window", (x,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
+    padded = any(p != (0, 0) for p in attrs["padding"])
+    if (count_include_pad or not padded) and not ceil_mode:
+        return elementwise(imp, "div", [total, float(np.prod(kernel_shape))], x.dtype)
+    # The window's count of real elements (or of real and padding ones, not of those past the
+    # end that ceil_mode adds): the same window sum over ones.
+    ones = imp.graph.add("broadcast_in_dim", (imp.graph.add_constant(np.array(1.0, numpy_dtype(x.dtype))), *imp.sizes(x.shape)), {"dims": ()})
+    if count_include_pad:
+        if ceil_mode:  # the padding counts, the windows' overhang past it does not: not expressible here yet
+            raise LoweringError("AveragePool with count_include_pad and ceil_mode together")
+        ones = imp.graph.add("pad", (ones,), {"low": tuple(p[0] for p in attrs["padding"]), "high": tuple(p[1] for p in attrs["padding"]), "value": 1.0})
+        counted = {**attrs, "padding": ((0, 0),) * len(attrs["padding"])}
+        count = imp.graph.add("reduce_window", (ones,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **counted})
+    else:
+        count = imp.graph.add("reduce_window", (ones,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
+    if not imp.graph.constraints.prove_same_shape(total.shape, count.shape):
+        raise LoweringError(f"AveragePool: window counts of shape {count.shape} for sums of shape {total.shape}")
+    return elementwise(imp, "div", [total, count], x.dtype)
+
+
+@onnx_op("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(imp: OnnxImporter, node: Any, x: Any) -> Node:
+    x = imp.tensor(x)
+    axes = list(range(2, x.tensor_type.rank))
+    return _mean(imp, x, axes) if node.op_type == "GlobalAveragePool" else reduce(imp, x, axes, "max", True)
+
+
+@onnx_op("LRN")
+def _lrn(imp: OnnxImporter, node: Any, x: Any, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    lo = (size - 1) // 2
+    window = {
+        "window": (1, size) + (1,) * (rank - 2),
+        "strides": (1,) * rank,
+        "padding": ((0, 0), (lo, size - 1 - lo)) + ((0, 0),) * (rank - 2),
+        "dilation": (1,) * rank,
+    }
+    squares = imp.graph.add("reduce_window", (elementwise(imp, "mul", [x, x], x.dtype),), {"kind": "sum", "ceil_mode": False, **window})
+    base = elementwise(imp, "add", [elementwise(imp, "mul", [squares, alpha / size], x.dtype), bias], x.dtype)
+    return elementwise(imp, "div", [x, elementwise(imp, "pow", [base, beta], x.dtype)], x.dtype)
+
+
+@onnx_op("Pad")
+def _pad(imp: OnnxImporter, node: Any, x: Any, pads: Any, value: Any = None, axes: Any = None, mode: str = "constant") -> Node:
+    if mode != "constant":
+        raise LoweringError(f"Pad mode {mode!r}")
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    amounts = _ints(pads, "Pad's pads")
+    chosen = [normalize_axis(a, rank, "Pad") for a in _ints(axes, "Pad's axes")] if axes is not None else list(range(rank))
+    low, high = [0] * rank, [0] * rank
+    for i, a in enumerate(chosen):
+        low[a], high[a] = amounts[i], amounts[i + len(chosen)]
+    fill = 0.0 if value is None else float(np.asarray(_known(value)).reshape(-1)[0]) if _known(value) is not None else None
+    if fill is None:
+        raise LoweringError("Pad's value must be a constant")
+    return imp.graph.add("pad", (x,), {"low": tuple(low), "high": tuple(high), "value": fill if x.dtype in FLOAT_DTYPES else int(fill)})
+
+
+@onnx_op("Split")
+def _split(imp: OnnxImporter, node: Any, x: Any, split: Any = None, axis: int = 0, num_outputs: int | None = None) -> list[Node]:
+    x = imp.tensor(x)
+    axis = normalize_axis(axis, x.tensor_type.rank, "Split")
+    n = x.shape[axis]
+    count = len(node.output)
+    if split is not None:
+        sizes: list[DimLike] = list(_ints(split, "Split's sizes"))
+    elif isinstance(n, int) or (isinstance(n, SymExpr) and n.is_const):
+        total = int(n)
+        step = -(-total // count)
+        sizes = [min(step, total - i * step) for i in range(count)]
+    else:
+        sizes = [as_expr(n) // count] * count
+        if not imp.graph.constraints.prove_divisible(n, count):
+            raise LoweringError(f"Split of a dim ({n}) not provably divisible by {count}")
+    outs, start = [], as_expr(0)
+    for size in sizes:
+        stop = start + size
+        outs.append(imp.graph.add("slice", (x, imp.index(start), imp.index(stop)), {"axis": axis, "step": 1}))
+        start = stop
+    return outs
+
+
+@onnx_op("Tile")
+def _tile(imp: OnnxImporter, node: Any, x: Any, repeats: Any) -> Node:
+    x = imp.tensor(x)
+    reps = _ints(repeats, "Tile's repeats")
+    # [d0, d1] -> broadcast to [r0, d0, r1, d1] -> reshape to [r0*d0, r1*d1]
+    wide: list[DimLike] = []
+    for r, d in zip(reps, x.shape):
+        wide += [r, d]
+    spread = imp.graph.add("broadcast_in_dim", (x, *imp.sizes(wide)), {"dims": tuple(range(1, 2 * len(reps), 2))})
+    return reshape(imp, spread, [as_expr(d) * r for r, d in zip(reps, x.shape)])
