@@ -107,8 +107,6 @@ def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
         dtype = x.dtype
         if x.dtype != y.dtype:
             raise LoweringError(f"{node.op_type}: operand dtypes differ ({x.dtype}, {y.dtype}); ONNX requires one type")
-    if op == "div" and dtype not in FLOAT_DTYPES:
-        op = "div"  # ONNX integer Div truncates, as the IR's integer div does
     return elementwise(imp, op, [x, y], dtype)
 
 
@@ -437,14 +435,10 @@ def _axes(imp: OnnxImporter, node: Any, axes_in: Any, axes_attr: Any) -> list[in
 @onnx_op("Unsqueeze")
 def _unsqueeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: Any = None) -> Any:
     wanted = _axes(imp, node, axes_in, axes)
-    if isinstance(x, ShapeValue) or (isinstance(x, np.ndarray) and x.ndim <= 1):
-        k = _known(x)
-        if isinstance(x, ShapeValue) and len(x.dims) == 1 and k is None:
-            return x  # a dim as a 1-element shape value: already 1-d
-        if k is not None and not isinstance(x, ShapeValue):
-            return np.expand_dims(k, tuple(wanted))
-    if isinstance(x, DimValue):
-        return ShapeValue([x.dim])
+    if isinstance(x, DimValue) and list(wanted) in ([0], [-1]):
+        return ShapeValue([x.dim])  # one dim as a 1-element shape (what a Concat of shapes reads)
+    if isinstance(x, np.ndarray):
+        return np.expand_dims(x, tuple(wanted))
     x = imp.tensor(x)
     rank = x.tensor_type.rank + len(wanted)
     positions = sorted(normalize_axis(a, rank, "Unsqueeze") for a in wanted)
@@ -456,7 +450,7 @@ def _unsqueeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: 
 
 @onnx_op("Squeeze")
 def _squeeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: Any = None) -> Any:
-    if isinstance(x, ShapeValue) and len(x.dims) == 1:
+    if isinstance(x, ShapeValue) and len(x.dims) == 1 and (axes_in is None and axes is None or _axes(imp, node, axes_in, axes) in ([0], [-1])):
         return DimValue(x.dims[0])
     x = imp.tensor(x)
     rank = x.tensor_type.rank
