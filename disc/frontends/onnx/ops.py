@@ -332,16 +332,16 @@ def _mean(imp: OnnxImporter, x: Node, axes: list[int]) -> Node:
 
 @onnx_op("LayerNormalization")
 def _layer_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any = None, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Node:
-    if len(node.output) > 1 and any(node.output[1:]):
-        raise LoweringError("LayerNormalization's mean and inverse-deviation outputs")
     x = imp.tensor(x)
     rank = x.tensor_type.rank
     axes = list(range(normalize_axis(axis, rank, "LayerNormalization"), rank))
-    centred = elementwise(imp, "sub", [x, _mean(imp, x, axes)], x.dtype)
+    mu = _mean(imp, x, axes)
+    centred = elementwise(imp, "sub", [x, mu], x.dtype)
     var = _mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes)
-    out = elementwise(imp, "mul", [centred, imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))], x.dtype)
-    out = elementwise(imp, "mul", [out, imp.tensor(scale)], x.dtype)
-    return out if bias is None else elementwise(imp, "add", [out, imp.tensor(bias)], x.dtype)
+    inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))
+    out = elementwise(imp, "mul", [elementwise(imp, "mul", [centred, inv], x.dtype), imp.tensor(scale)], x.dtype)
+    out = out if bias is None else elementwise(imp, "add", [out, imp.tensor(bias)], x.dtype)
+    return [out, mu, inv]  # the optional outputs: the mean and the inverse deviation (keepdim shapes)
 
 
 _REDUCE = {"ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceMean": "mean"}
@@ -717,3 +717,65 @@ def _tile(imp: OnnxImporter, node: Any, x: Any, repeats: Any) -> Node:
         wide += [r, d]
     spread = imp.graph.add("broadcast_in_dim", (x, *imp.sizes(wide)), {"dims": tuple(range(1, 2 * len(reps), 2))})
     return reshape(imp, spread, [as_expr(d) * r for r, d in zip(reps, x.shape)])
+
+
+@onnx_op("ArgMax", "ArgMin")
+def _argreduce(imp: OnnxImporter, node: Any, x: Any, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Node:
+    if select_last_index:
+        raise LoweringError(f"{node.op_type} with select_last_index=1")
+    x = imp.tensor(x)
+    axis = normalize_axis(axis, x.tensor_type.rank, node.op_type)
+    return imp.graph.add("argreduce", (x,), {"axis": axis, "kind": node.op_type.lower(), "keepdim": bool(keepdims)})
+
+
+@onnx_op("Trilu")
+def _trilu(imp: OnnxImporter, node: Any, x: Any, k: Any = None, upper: int = 1) -> Node:
+    x = imp.tensor(x)
+    diagonal = _ints(k, "Trilu's k")[0] if k is not None else 0
+    rows, cols = x.shape[-2], x.shape[-1]
+    r = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(rows),), {"dtype": "i64"}), imp.index(rows), imp.index(cols)), {"dims": (0,)})
+    c = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(cols),), {"dtype": "i64"}), imp.index(rows), imp.index(cols)), {"dims": (1,)})
+    keep = elementwise(imp, "ge" if upper else "le", [imp.graph.add("sub", (c, r)), diagonal], "i64")  # col - row against k
+    zero = 0.0 if x.dtype in FLOAT_DTYPES else (False if x.dtype == "i1" else 0)
+    return select(imp, broadcast_to(imp, keep, x.shape), x, zero, x.dtype)
+
+
+@onnx_op("RMSNormalization")
+def _rms_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    axes = list(range(normalize_axis(axis, rank, "RMSNormalization"), rank))
+    square = _mean(imp, elementwise(imp, "mul", [x, x], x.dtype), axes)
+    out = elementwise(imp, "mul", [x, imp.graph.add("rsqrt", (elementwise(imp, "add", [square, epsilon], x.dtype),))], x.dtype)
+    return elementwise(imp, "mul", [out, imp.tensor(scale)], x.dtype)
+
+
+_NORM_REDUCE = {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
+
+
+@onnx_op(*_NORM_REDUCE)
+def _norm_reduce(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, keepdims: int = 1, noop_with_empty_axes: int = 0, axes: Sequence[int] | None = None) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    chosen = axes if axes is not None else (_ints(axes_in, f"{node.op_type} axes") if axes_in is not None else None)
+    if not chosen and noop_with_empty_axes:
+        chosen = []
+    elif not chosen:
+        chosen = list(range(rank))
+    dims = sorted({normalize_axis(a, rank, node.op_type) for a in chosen})
+    op = node.op_type
+    if op == "ReduceLogSumExp":  # log(sum(exp(x - max))) + max: no overflow
+        peak = reduce(imp, x, dims, "max", True) if dims else x
+        finite = select(imp, imp.graph.add("isinf", (peak,)), 0.0, peak, x.dtype) if x.dtype in FLOAT_DTYPES else peak
+        shifted = imp.graph.add("exp", (elementwise(imp, "sub", [x, finite], x.dtype),))
+        out = elementwise(imp, "add", [imp.graph.add("log", (reduce(imp, shifted, dims, "sum", True) if dims else shifted,)), finite], x.dtype)
+    else:
+        term = {"ReduceL1": lambda: imp.graph.add("abs", (x,)), "ReduceLogSum": lambda: x}.get(op, lambda: elementwise(imp, "mul", [x, x], x.dtype))()
+        out = reduce(imp, term, dims, "sum", True) if dims else term
+        if op == "ReduceL2":
+            out = imp.graph.add("sqrt", (out,))
+        elif op == "ReduceLogSum":
+            out = imp.graph.add("log", (out,))
+    if keepdims or not dims:
+        return out
+    return reshape(imp, out, [d for i, d in enumerate(x.shape) if i not in dims])
