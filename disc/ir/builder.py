@@ -165,3 +165,27 @@ def select(ctx: GraphBuilder, cond: Any, a: Any, b: Any, dtype: str) -> Node:
     nodes = [convert(ctx, cond, "i1"), scalar(ctx, a, dtype), scalar(ctx, b, dtype)]
     shape = broadcast_shapes(ctx, [n.shape for n in nodes])
     return ctx.graph.add("select", [broadcast_to(ctx, n, shape) for n in nodes])
+
+
+def softmax(ctx: GraphBuilder, x: Node, axis: int) -> Node:
+    """softmax over ``axis`` (non-negative), the row maximum subtracted first."""
+    shifted = elementwise(ctx, "sub", [x, reduce(ctx, x, [axis], "max", True)], x.dtype)
+    e = ctx.graph.add("exp", (shifted,))
+    return elementwise(ctx, "div", [e, reduce(ctx, e, [axis], "sum", True)], x.dtype)
+
+
+def log_softmax(ctx: GraphBuilder, x: Node, axis: int) -> Node:
+    """log(softmax) over ``axis`` (non-negative), as ``shifted - log(sum(exp(shifted)))``."""
+    shifted = elementwise(ctx, "sub", [x, reduce(ctx, x, [axis], "max", True)], x.dtype)
+    total = reduce(ctx, ctx.graph.add("exp", (shifted,)), [axis], "sum", True)
+    return elementwise(ctx, "sub", [shifted, ctx.graph.add("log", (total,))], x.dtype)
+
+
+def triangle(ctx: GraphBuilder, rows: DimLike, cols: DimLike, upper: bool, diagonal: int = 0) -> Node:
+    """A [rows, cols] bool mask: true on and above (``upper``) or below the ``diagonal``-th diagonal."""
+    r = ctx.graph.add("iota", (ctx.index(rows),), {"dtype": "i64"})
+    c = ctx.graph.add("iota", (ctx.index(cols),), {"dtype": "i64"})
+    r2 = ctx.graph.add("broadcast_in_dim", (r, ctx.index(rows), ctx.index(cols)), {"dims": (0,)})
+    c2 = ctx.graph.add("broadcast_in_dim", (c, ctx.index(rows), ctx.index(cols)), {"dims": (1,)})
+    diff = ctx.graph.add("sub", (c2, r2))  # col - row
+    return elementwise(ctx, "ge" if upper else "le", [diff, diagonal], "i64")

@@ -15,7 +15,20 @@ from typing import Any
 import numpy as np
 
 from disc.frontends.onnx.importer import ELEM_TYPES, DimValue, OnnxImporter, ShapeValue
-from disc.ir.builder import LoweringError, broadcast_shapes, broadcast_to, convert, elementwise, reduce, reshape, select
+from disc.ir.builder import (
+    LoweringError,
+    broadcast_shapes,
+    broadcast_to,
+    convert,
+    elementwise,
+    log_softmax,
+    mean,
+    reduce,
+    reshape,
+    select,
+    softmax,
+    triangle,
+)
 from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
 from disc.ir.types import FLOAT_DTYPES, dtype_of_numpy, numpy_dtype
@@ -289,12 +302,7 @@ def _softmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
     axis = normalize_axis(axis, x.tensor_type.rank, node.op_type)
     if imp.opset < 13:  # softmax over the flattened trailing dims
         raise LoweringError(f"{node.op_type} before opset 13 (coerced to 2-d)")
-    shifted = elementwise(imp, "sub", [x, reduce(imp, x, [axis], "max", True)], x.dtype)
-    e = imp.graph.add("exp", (shifted,))
-    total = reduce(imp, e, [axis], "sum", True)
-    if node.op_type == "LogSoftmax":
-        return elementwise(imp, "sub", [shifted, imp.graph.add("log", (total,))], x.dtype)
-    return elementwise(imp, "div", [e, total], x.dtype)
+    return log_softmax(imp, x, axis) if node.op_type == "LogSoftmax" else softmax(imp, x, axis)
 
 
 @onnx_op("BatchNormalization")
@@ -316,18 +324,12 @@ def _batch_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, mea
 def _instance_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, epsilon: float = 1e-5) -> Node:
     x = imp.tensor(x)
     axes = list(range(2, x.tensor_type.rank))
-    centred = elementwise(imp, "sub", [x, _mean(imp, x, axes)], x.dtype)
-    var = _mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes)
+    centred = elementwise(imp, "sub", [x, mean(imp, x, axes, True)], x.dtype)
+    var = mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes, True)
     out = elementwise(imp, "mul", [centred, imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))], x.dtype)
     dims = {"dims": (1,)}
     out = elementwise(imp, "mul", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(scale), *imp.sizes(x.shape)), dims)], x.dtype)
     return elementwise(imp, "add", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(bias), *imp.sizes(x.shape)), dims)], x.dtype)
-
-
-def _mean(imp: OnnxImporter, x: Node, axes: list[int]) -> Node:
-    n = product(x.shape[a] for a in axes)
-    count = imp.graph.add("index_to_tensor", (imp.index(n),), {"dtype": x.dtype}) if not n.is_const else float(n.const_value)
-    return elementwise(imp, "div", [reduce(imp, x, axes, "sum", True), count], x.dtype)
 
 
 @onnx_op("LayerNormalization")
@@ -335,9 +337,9 @@ def _layer_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any = No
     x = imp.tensor(x)
     rank = x.tensor_type.rank
     axes = list(range(normalize_axis(axis, rank, "LayerNormalization"), rank))
-    mu = _mean(imp, x, axes)
+    mu = mean(imp, x, axes, True)
     centred = elementwise(imp, "sub", [x, mu], x.dtype)
-    var = _mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes)
+    var = mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes, True)
     inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))
     out = elementwise(imp, "mul", [elementwise(imp, "mul", [centred, inv], x.dtype), imp.tensor(scale)], x.dtype)
     out = out if bias is None else elementwise(imp, "add", [out, imp.tensor(bias)], x.dtype)
@@ -358,7 +360,7 @@ def _reduce(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, keepdims:
         chosen = list(range(rank))
     dims = sorted({normalize_axis(a, rank, node.op_type) for a in chosen})
     kind = _REDUCE[node.op_type]
-    out = _mean(imp, x, dims) if kind == "mean" else reduce(imp, x, dims, kind, True)
+    out = mean(imp, x, dims, True) if kind == "mean" else reduce(imp, x, dims, kind, True)
     if keepdims:
         return out
     return reshape(imp, out, [d for i, d in enumerate(x.shape) if i not in dims])
@@ -647,7 +649,7 @@ def _avg_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] 
 def _global_pool(imp: OnnxImporter, node: Any, x: Any) -> Node:
     x = imp.tensor(x)
     axes = list(range(2, x.tensor_type.rank))
-    return _mean(imp, x, axes) if node.op_type == "GlobalAveragePool" else reduce(imp, x, axes, "max", True)
+    return mean(imp, x, axes, True) if node.op_type == "GlobalAveragePool" else reduce(imp, x, axes, "max", True)
 
 
 @onnx_op("LRN")
@@ -732,10 +734,7 @@ def _argreduce(imp: OnnxImporter, node: Any, x: Any, axis: int = 0, keepdims: in
 def _trilu(imp: OnnxImporter, node: Any, x: Any, k: Any = None, upper: int = 1) -> Node:
     x = imp.tensor(x)
     diagonal = _ints(k, "Trilu's k")[0] if k is not None else 0
-    rows, cols = x.shape[-2], x.shape[-1]
-    r = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(rows),), {"dtype": "i64"}), imp.index(rows), imp.index(cols)), {"dims": (0,)})
-    c = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(cols),), {"dtype": "i64"}), imp.index(rows), imp.index(cols)), {"dims": (1,)})
-    keep = elementwise(imp, "ge" if upper else "le", [imp.graph.add("sub", (c, r)), diagonal], "i64")  # col - row against k
+    keep = triangle(imp, x.shape[-2], x.shape[-1], bool(upper), diagonal)
     zero = 0.0 if x.dtype in FLOAT_DTYPES else (False if x.dtype == "i1" else 0)
     return select(imp, broadcast_to(imp, keep, x.shape), x, zero, x.dtype)
 
@@ -745,7 +744,7 @@ def _rms_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, axis: int = -1, 
     x = imp.tensor(x)
     rank = x.tensor_type.rank
     axes = list(range(normalize_axis(axis, rank, "RMSNormalization"), rank))
-    square = _mean(imp, elementwise(imp, "mul", [x, x], x.dtype), axes)
+    square = mean(imp, elementwise(imp, "mul", [x, x], x.dtype), axes, True)
     out = elementwise(imp, "mul", [x, imp.graph.add("rsqrt", (elementwise(imp, "add", [square, epsilon], x.dtype),))], x.dtype)
     return elementwise(imp, "mul", [out, imp.tensor(scale)], x.dtype)
 

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.ir.builder import broadcast_to, convert, elementwise, scalar, select
+from disc.ir.builder import broadcast_to, convert, elementwise, scalar, select, triangle
 from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
 from disc.ir.types import FLOAT_DTYPES, dtype_of_torch
@@ -384,16 +384,6 @@ def _arange(ctx: Importer, fx_node, *args: Any, **kw) -> Node:
     if not (isinstance(start, int) and start == 0):
         out = elementwise(ctx, "add", [out, start], dtype)
     return out
-
-
-def triangle(ctx: Importer, rows: DimLike, cols: DimLike, upper: bool, diagonal: int = 0) -> Node:
-    """A [rows, cols] bool mask: true on and above (``upper``) or below the ``diagonal``-th diagonal."""
-    r = ctx.graph.add("iota", (ctx.index(rows),), {"dtype": "i64"})
-    c = ctx.graph.add("iota", (ctx.index(cols),), {"dtype": "i64"})
-    r2 = ctx.graph.add("broadcast_in_dim", (r, ctx.index(rows), ctx.index(cols)), {"dims": (0,)})
-    c2 = ctx.graph.add("broadcast_in_dim", (c, ctx.index(rows), ctx.index(cols)), {"dims": (1,)})
-    diff = ctx.graph.add("sub", (c2, r2))  # col - row
-    return elementwise(ctx, "ge" if upper else "le", [diff, diagonal], "i64")
 
 
 def _tri(upper: bool) -> Callable[..., Node]:

@@ -23,10 +23,10 @@ import math
 from typing import Any
 
 from disc.frontends.torch.importer import Importer, LoweringError
-from disc.frontends.torch.lowering import aten, lower, triangle
+from disc.frontends.torch.lowering import aten, lower
 from disc.frontends.torch.lowering_movement import _permute
 from disc.frontends.torch.lowering_nn import _matmul
-from disc.ir.builder import convert, elementwise, reduce, reshape, scalar, select
+from disc.ir.builder import convert, elementwise, reduce, reshape, scalar, select, triangle
 from disc.ir.graph import Node
 
 MINUS_INF = float("-inf")

@@ -15,7 +15,7 @@ import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import _where, aten, lower, meta_dtype, meta_of, norm_axis, reduce_dims
-from disc.ir.builder import broadcast_to, convert, elementwise, mean, numel_of, reduce, reshape, scalar
+from disc.ir.builder import broadcast_to, convert, elementwise, log_softmax, mean, numel_of, reduce, reshape, scalar, softmax
 from disc.ir.graph import Node
 from disc.shape.expr import as_expr
 
@@ -132,18 +132,12 @@ def _max_dim(ctx: Importer, fx_node, x: Node, dim: int, keepdim: bool = False) -
 # -- softmax and normalisation -----------------------------------------------------------------
 @lower(aten._softmax.default)
 def _softmax(ctx: Importer, fx_node, x: Node, dim: int, half_to_float: bool = False) -> Node:
-    axis = norm_axis(dim, x.tensor_type.rank)
-    shifted = elementwise(ctx, "sub", [x, reduce(ctx, x, [axis], "max", True)], x.dtype)
-    e = ctx.graph.add("exp", (shifted,))
-    return elementwise(ctx, "div", [e, reduce(ctx, e, [axis], "sum", True)], x.dtype)
+    return softmax(ctx, x, norm_axis(dim, x.tensor_type.rank))
 
 
 @lower(aten._log_softmax.default)
 def _log_softmax(ctx: Importer, fx_node, x: Node, dim: int, half_to_float: bool = False) -> Node:
-    axis = norm_axis(dim, x.tensor_type.rank)
-    shifted = elementwise(ctx, "sub", [x, reduce(ctx, x, [axis], "max", True)], x.dtype)
-    total = reduce(ctx, ctx.graph.add("exp", (shifted,)), [axis], "sum", True)
-    return elementwise(ctx, "sub", [shifted, ctx.graph.add("log", (total,))], x.dtype)
+    return log_softmax(ctx, x, norm_axis(dim, x.tensor_type.rank))
 
 
 @lower(aten.native_layer_norm.default)
