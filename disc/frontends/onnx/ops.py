@@ -213,7 +213,8 @@ def _prelu(imp: OnnxImporter, node: Any, x: Any, slope: Any) -> Node:
 
 @onnx_op("Dropout")
 def _dropout(imp: OnnxImporter, node: Any, x: Any, ratio: Any = None, training_mode: Any = None, seed: int | None = None) -> Any:
-    if training_mode is not None and bool(np.asarray(_known(training_mode)).reshape(-1)[0] if _known(training_mode) is not None else True):
+    mode = _known(training_mode) if training_mode is not None else np.array(False)
+    if mode is None or bool(mode.reshape(-1)[0]):  # a run-time flag may say training too
         raise LoweringError("Dropout in training mode")
     if len(node.output) > 1 and node.output[1]:
         x = imp.tensor(x)
