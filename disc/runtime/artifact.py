@@ -33,10 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
-import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -50,12 +47,10 @@ import torch.utils._pytree as pytree
 
 from disc.errors import CompileError, DiscError
 from disc.ir.parser import IRParseError, parse_graph
-from disc.ir.printer import print_graph
 from disc.ir.types import DTYPES, dtype_of_torch
 from disc.runtime.interface import InterfaceError, ProgramInterface, parse_interface
+from disc.runtime.program_files import FORMAT, FolderExists, RawConstant, constant_order, digest, packed_offsets, write_program
 
-FORMAT = "disc-artifact/3"  # 3: interface.txt; 2: constants.bin in the IR's order, checked on load
-ALIGN = 64
 logger = logging.getLogger("disc")
 
 
@@ -71,73 +66,51 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
     them. ``external_digests`` (owner name -> SHA-256 of the owner's tensor) binds each to its
     bytes: a cache entry whose names were edited is refused, not run on the wrong weights.
     """
-    folder = Path(folder)
     report = compiled.report
     graph = report.graph
     external = dict(external or {})
-    fallbacks = _encoded_fallbacks(report)
+    extra: dict[str, Any] = {}
     try:
-        out_spec = pytree.treespec_dumps(compiled.out_spec)
+        extra["out_spec"] = pytree.treespec_dumps(compiled.out_spec)
     except Exception as e:  # a custom output container pytree cannot serialise
         raise ArtifactError(f"cannot save {report.name}: its output structure does not serialise ({e})") from e
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    if external:
+        extra["external"] = [
+            {"name": k, "owner_name": external[k], "dtype": dtype_of_torch(graph.constants[k].dtype), "shape": list(graph.constants[k].shape)}
+            | ({"sha256": external_digests[external[k]]} if external_digests and external[k] in external_digests else {})
+            for k in external
+        ]
+    capture = {"hints": report.hints, "decomposed_because": report.decomposed_because}
+    if any(capture.values()):  # what explain says of the capture, kept with the program it made
+        extra["capture"] = capture
+    fallbacks = _encoded_fallbacks(report)
+    if fallbacks:
+        extra["fallbacks"] = fallbacks
+        extra["fallback_counts"] = dict(report.fallbacks)
+    needs = _standalone_needs(report, external)
+    if needs and not external:  # a program-cache entry is not the user's save: nothing to say
+        warnings.warn(f"disc.save: {report.name} cannot run without PyTorch (disc_runtime, disc-run, the C API): it needs {'; '.join(needs)}", stacklevel=2)
+    native = report.backend.native if report.backend is not None else None
     try:
-        ir = print_graph(graph).encode()
-        (tmp / "program.disc").write_bytes(ir)
-        held = {k: graph.constants[k] for k in constant_order(graph) if k not in external}
-        constants, blob_digest, blob_bytes = _write_constants(tmp / "constants.bin", held)
-        manifest: dict[str, Any] = {
-            "format": FORMAT,
-            "name": report.name,
-            "input_names": list(compiled.input_names),
-            "out_spec": out_spec,
-            "backend": report.backend.name if report.backend is not None else "reference",
-            "files": {"program.disc": _digest(ir), "constants.bin": {"sha256": blob_digest, "bytes": blob_bytes}},
-            "constants": constants,
-        }
-        if external:
-            manifest["external"] = [
-                {"name": k, "owner_name": external[k], "dtype": dtype_of_torch(graph.constants[k].dtype), "shape": list(graph.constants[k].shape)}
-                | ({"sha256": external_digests[external[k]]} if external_digests and external[k] in external_digests else {})
-                for k in external
-            ]
-        capture = {"hints": report.hints, "decomposed_because": report.decomposed_because}
-        if any(capture.values()):  # what explain says of the capture, kept with the program it made
-            manifest["capture"] = capture
-        if fallbacks:
-            manifest["fallbacks"] = fallbacks
-            manifest["fallback_counts"] = dict(report.fallbacks)
-        native = report.backend.native if report.backend is not None else None
-        if native is not None:
-            from disc.codegen.cpu.toolchain import host_digest
+        return write_program(
+            folder,
+            name=report.name,
+            graph=graph,
+            input_names=compiled.input_names,
+            constants={k: _raw(graph.constants[k]) for k in constant_order(graph) if k not in external},
+            backend=report.backend.name if report.backend is not None else "reference",
+            native=native,
+            ral_library=compiled.executor.ral.path if native is not None else None,
+            needs=needs,
+            manifest_extra=extra,
+        )
+    except FolderExists as e:
+        raise ArtifactError(str(e)) from None
 
-            library = native.build.path.read_bytes()
-            source_text = native.source_text()
-            (tmp / "program.cc").write_text(source_text)
-            (tmp / "program.so").write_bytes(library)
-            manifest["files"]["program.so"] = _digest(library)
-            ral = compiled.executor.ral.path.read_bytes()  # for machines that cannot build their own
-            (tmp / "ral.so").write_bytes(ral)
-            manifest["files"]["ral.so"] = _digest(ral)
-            manifest["files"]["program.cc"] = _digest(source_text.encode())
-            manifest["native"] = {"key": native.build.key, "host": host_digest(), "profile": native.profile}
-        needs = _standalone_needs(report, external)
-        if needs and not external:  # a program-cache entry is not the user's save: nothing to say
-            warnings.warn(f"disc.save: {report.name} cannot run without PyTorch (disc_runtime, disc-run, the C API): it needs {'; '.join(needs)}", stacklevel=2)
-        iface = _interface(compiled, constants, manifest["files"], needs)
-        text = iface.to_text().encode()
-        (tmp / "interface.txt").write_bytes(text)
-        manifest["files"]["interface.txt"] = _digest(text)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
-        if folder.exists():
-            if not (folder / "manifest.json").is_file():
-                raise ArtifactError(f"{folder} exists and is not a saved disc program; not replacing it")
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+
+def _raw(t: torch.Tensor) -> RawConstant:
+    t = t.detach().contiguous().cpu()
+    return RawConstant(dtype_of_torch(t.dtype), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy())
 
 
 @dataclass
@@ -241,7 +214,8 @@ def _read(
         fallbacks=fallbacks,
         fallback_counts=dict(manifest.get("fallback_counts", {})),
         input_names=manifest["input_names"],
-        out_spec=pytree.treespec_loads(manifest["out_spec"]),
+        # A program written without PyTorch (the ONNX frontend's) has no output structure: a list.
+        out_spec=pytree.treespec_loads(manifest["out_spec"]) if "out_spec" in manifest else pytree.tree_flatten([0] * len(graph.outputs))[1],
         capture=manifest.get("capture", {}),  # absent in programs saved before it was written
     )
 
@@ -293,7 +267,7 @@ def _native_build(folder: Path, manifest: dict, graph: Any, verify: bool) -> Any
     else built again from the saved C++. Reads ``interface.txt`` for how to call it; lowers the
     IR only under ``verify``."""
     from disc.codegen.cpu.toolchain import BuildResult, build, host_digest
-    from disc.runtime.native import NativeBuild, NativeSignature, build_options, native_source
+    from disc.runtime.native_build import NativeBuild, NativeSignature, build_options, native_source
     from disc.runtime.ral import ABI_VERSION
 
     start = time.perf_counter()
@@ -356,49 +330,6 @@ def _standalone_needs(report: Any, external: Mapping[str, str]) -> list[str]:
     return needs
 
 
-def _interface(compiled: Any, constants: list[dict], files: dict, needs: list[str]) -> ProgramInterface:
-    """``interface.txt`` of ``compiled`` (``runtime/interface.py``): everything a host needs to call it."""
-    from disc.codegen.cpu.toolchain import host_digest
-    from disc.runtime.interface import LOWERED_KIND, Constant, Output, Symbol, TensorSpec, dim_text
-    from disc.runtime.ral import ABI_VERSION
-
-    report = compiled.report
-    graph = report.graph
-    iface = ProgramInterface(name=report.name, abi=ABI_VERSION, host=host_digest(), needs=needs)
-    iface.files = {f: (files[f]["bytes"], files[f]["sha256"]) for f in ("program.so", "constants.bin") if f in files}
-    c = graph.constraints
-    symbols: dict[str, Symbol] = {}
-    for name, node in zip(compiled.input_names, graph.inputs):
-        dims = []
-        for d in node.tensor_type.shape:
-            sym = d.as_symbol() if not isinstance(d, int) else None
-            root = c.find(sym) if sym is not None else None
-            definition = c.definitions.get(root) if root is not None else None
-            if isinstance(d, int) or root is None or (definition is not None and definition.as_symbol() is None):
-                dims.append(d if isinstance(d, int) else "?")
-                continue
-            facts = c.facts.get(root)
-            lo = int(facts.lo) if facts is not None and math.isfinite(facts.lo) and facts.lo > 0 else 0
-            hi = facts.hi if facts is not None else None
-            symbols[root] = Symbol(root, lo, hi, facts.divisor if facts is not None else 1)
-            dims.append(root)
-        iface.inputs.append(TensorSpec(name, node.tensor_type.dtype, tuple(dims)))
-    iface.symbols = list(symbols.values())
-    iface.constants = [Constant(e["name"], e["dtype"], e["offset"], e["bytes"], tuple(e["shape"])) for e in constants]
-    native = report.backend.native if report.backend is not None else None
-    if native is not None:
-        sig = native.signature
-        kinds = {lowered: kind for kind, lowered in LOWERED_KIND.items()}
-        iface.arguments = list(sig.arguments)
-        iface.buffers = list(sig.buffers)
-        iface.data_dependent = sig.data_dependent
-        for (kind, where), node in zip(sig.outputs, graph.outputs):
-            ty = node.tensor_type
-            spec = TensorSpec(f"output{len(iface.outputs)}", ty.dtype, tuple(dim_text(c.normalize(d)) if not isinstance(d, int) else d for d in ty.shape))
-            iface.outputs.append(Output(kinds[kind], where, spec))
-    return iface
-
-
 def _ral(folder: Path, manifest: dict) -> Any:
     """This machine's RAL, or the saved one where none can be built here (no C++ compiler)."""
     from disc.codegen.cpu.toolchain import host_digest
@@ -415,13 +346,9 @@ def _ral(folder: Path, manifest: dict) -> Any:
 
 
 # -- files ----------------------------------------------------------------------------------------
-def _digest(data: bytes) -> dict:
-    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-
-
 def _matches(path: Path, expected: dict) -> bool:
     try:
-        return _digest(path.read_bytes()) == expected
+        return digest(path.read_bytes()) == expected
     except OSError:
         return False
 
@@ -431,7 +358,7 @@ def _checked_bytes(path: Path, expected: dict) -> bytes:
         data = path.read_bytes()
     except OSError as e:
         raise _unreadable(path, e) from e
-    if _digest(data) != expected:
+    if digest(data) != expected:
         raise _damaged(path)
     return data
 
@@ -457,23 +384,6 @@ def _read_manifest(folder: Path) -> dict:
     return manifest
 
 
-def constant_order(graph: Any) -> list[str]:
-    """The graph's constants in the order its IR first refers to them: the order constants.bin
-    holds them in, so the table in manifest.json is checked against the IR, not trusted."""
-    order = dict.fromkeys(n.constant_ref for n in graph.nodes if n.constant_ref is not None)
-    return [*order, *(k for k in graph.constants if k not in order)]
-
-
-def _packed_offsets(entries: list[dict]) -> list[int]:
-    """Where ``_write_constants`` puts each entry, in order."""
-    offsets, at = [], 0
-    for c in entries:
-        at += -at % ALIGN
-        offsets.append(at)
-        at += c["bytes"]
-    return offsets
-
-
 def _bad(folder: Path, what: str) -> ArtifactError:
     return ArtifactError(f"saved program {folder}: manifest.json {what}")
 
@@ -492,7 +402,7 @@ def _check_manifest(folder: Path, manifest: dict) -> None:
     need(isinstance(manifest.get("name"), str), "has no program name")
     names = manifest.get("input_names")
     need(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names), "input_names must be distinct strings")
-    need(isinstance(manifest.get("out_spec"), str) and isinstance(manifest.get("backend"), str), "out_spec and backend must be strings")
+    need(isinstance(manifest.get("out_spec", ""), str) and isinstance(manifest.get("backend"), str), "out_spec and backend must be strings")
     files = manifest.get("files")
     need(isinstance(files, dict) and all(f in files for f in ("program.disc", "constants.bin", "interface.txt")), "files must list program.disc, constants.bin and interface.txt")
     for fname, meta in files.items():
@@ -534,7 +444,7 @@ def _check_manifest(folder: Path, manifest: dict) -> None:
         for d in c["shape"]:
             numel *= d
         need(c.get("bytes") == numel * DTYPES[c["dtype"]].itemsize, f"constant {c['name']!r}: bytes {c.get('bytes')!r} is not its shape's")
-    offsets = _packed_offsets(entries)
+    offsets = packed_offsets(entries)
     for c, at in zip(entries, offsets):
         need(c.get("offset") == at, f"constant {c['name']!r}: offset {c.get('offset')!r} is not where constants.bin holds it ({at})")
     end = offsets[-1] + entries[-1]["bytes"] if entries else 0
@@ -555,24 +465,6 @@ def _check_against_ir(folder: Path, manifest: dict, graph: Any) -> None:
             raise _bad(folder, f"says constant {c['name']!r} is {c['dtype']}{c['shape']}; the IR has {ty}")
     if len(manifest["input_names"]) != len(graph.inputs):
         raise _bad(folder, f"names {len(manifest['input_names'])} inputs; the IR has {len(graph.inputs)}")
-
-
-def _write_constants(path: Path, constants: dict[str, torch.Tensor]) -> tuple[list[dict], str, int]:
-    table, offset = [], 0
-    h = hashlib.sha256()
-    with open(path, "wb") as f:
-        for name, value in constants.items():
-            t = value.detach().contiguous().cpu()
-            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-            pad = -offset % ALIGN
-            f.write(b"\0" * pad)
-            h.update(b"\0" * pad)
-            offset += pad
-            table.append({"name": name, "dtype": dtype_of_torch(t.dtype), "shape": list(t.shape), "offset": offset, "bytes": len(data)})
-            f.write(data)
-            h.update(data)
-            offset += len(data)
-    return table, h.hexdigest(), offset
 
 
 def _constants(path: Path, manifest: dict) -> dict[str, torch.Tensor]:

@@ -18,6 +18,7 @@ from disc.errors import CompileError
 RAL_DIR = Path(__file__).resolve().parent / "ral"
 SOURCES = ("ral_cpu.cc", "runtime.cc")  # one translation unit, in this order
 Variant = Literal["auto", "dnnl", "builtin"]
+ABI_VERSION = 5  # DISC_RAL_ABI_VERSION in ral.h: generated programs and the library must agree
 
 
 def ral_source() -> str:

@@ -21,9 +21,8 @@ from pathlib import Path
 import torch
 
 from disc.errors import RuntimeFailure
-from disc.runtime.ral_build import Variant, build_ral, preload_dnnl, resolve_variant
+from disc.runtime.ral_build import ABI_VERSION, Variant, build_ral, preload_dnnl, resolve_variant
 
-ABI_VERSION = 5
 MAX_BATCH_DIMS = 6
 
 _i64 = ctypes.c_int64
