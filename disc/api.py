@@ -20,13 +20,12 @@ import torch
 from disc.compiled import CompiledModule
 from disc.driver import compile_graph, example_device
 from disc.errors import CompileError
-from disc.ir.graph import Graph
 from disc.report import CompileReport, clear_reports, record_report, reports
-from disc.shape.expr import parse_expr
+from disc.shape.user import UserConstraints, apply_user_facts, parse_user_constraints
 
 __all__ = ["CompileReport", "CompiledModule", "clear_reports", "compile", "explain", "load", "record_report", "reports", "save"]
 
-Constraints = Mapping[str, Any] | Sequence[str]
+Constraints = UserConstraints
 logger = logging.getLogger("disc")
 
 
@@ -65,7 +64,7 @@ def compile(
             "(dynamic=True is torch.compile's flag: torch.compile(model, backend='disc', dynamic=True) makes every dim dynamic.)"
         )
     start = time.perf_counter()
-    ranges, facts = _split_constraints(constraints)
+    ranges, facts = parse_user_constraints(constraints)
     _check_the_example_meets_them(model, tuple(example_inputs), dict(dynamic or {}), ranges, facts)
     key, cached = None, "off"
     if program_cache.enabled(cache):
@@ -85,7 +84,7 @@ def compile(
             return hit
     captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
     graph = captured.importer.graph
-    _apply_user_facts(graph, facts, ranges)
+    apply_user_facts(graph.constraints, facts, ranges)
     program = compile_graph(graph, captured.importer.fallbacks, backend=backend, device=example_device(example_inputs))
     executor, choice = program.executor, program.choice
     report = CompileReport(
@@ -175,28 +174,6 @@ def _watch_weights(compiled: CompiledModule, model: torch.nn.Module, options: di
     compiled.watch_weights(weights, compile_again)
 
 
-def _split_constraints(constraints: Constraints | None) -> tuple[dict[str, tuple[int | None, int | None]], list[Any]]:
-    ranges: dict[str, tuple[int | None, int | None]] = {}
-    facts: list[Any] = []
-    if constraints is None:
-        return ranges, facts
-    if isinstance(constraints, Mapping):
-        for name, spec in constraints.items():
-            unknown = set(spec) - {"min", "max", "multiple_of"}
-            if unknown:
-                raise CompileError(f"constraint for {name!r}: unknown key(s) {sorted(unknown)}; use min, max, multiple_of")
-            ranges[name] = (spec.get("min"), spec.get("max"))
-            if spec.get("multiple_of") is not None:
-                facts.append((name, int(spec["multiple_of"])))
-        return ranges, facts
-    for text in constraints:
-        lhs, sep, rhs = str(text).partition("==")
-        if not sep:
-            raise CompileError(f"constraint {text!r}: expected 'lhs == rhs'")
-        facts.append((parse_expr(lhs), parse_expr(rhs)))
-    return ranges, facts
-
-
 def _check_the_example_meets_them(model: torch.nn.Module, args: tuple, dynamic: Mapping[str, Mapping[int, str]], ranges: Mapping[str, Any], facts: list[Any]) -> None:
     """Refuse, before anything is traced, dims and constraints the example inputs contradict: the
     program would reject every input, its own example included."""
@@ -239,21 +216,6 @@ def _check_the_example_meets_them(model: torch.nn.Module, args: tuple, dynamic: 
         if symbols <= set(sizes) and lhs.evaluate(sizes) != rhs.evaluate(sizes):
             values = ", ".join(f"{d} = {sizes[d]}" for d in sorted(symbols))
             raise CompileError(f"constraint {lhs} == {rhs} does not hold for the example inputs ({values})")
-
-
-def _apply_user_facts(g: Graph, facts: list[Any], ranges: Mapping[str, Any]) -> None:
-    c = g.constraints
-    for name in ranges:
-        if name not in c.facts:
-            raise CompileError(f"constraint names dim {name!r}, which is not a dynamic dim ({sorted(c.facts)})")
-    for lhs, rhs in facts:
-        if isinstance(rhs, int) and isinstance(lhs, str):
-            c.set_divisor(lhs, rhs)
-            continue
-        unknown = (lhs.symbols() | rhs.symbols()) - set(c.facts)
-        if unknown:
-            raise CompileError(f"constraint {lhs} == {rhs} names unknown dim(s) {sorted(unknown)}")
-        c.assume(lhs, "==", rhs, "user constraint")
 
 
 def explain(obj: Any = None) -> str:

@@ -181,7 +181,7 @@ class Model:
             args = [kwargs[t.name] for t in self.inputs]
         if len(args) != len(self.inputs):
             raise InputError(f"expected {len(self.inputs)} input(s) {[t.name for t in self.inputs]}, got {len(args)}")
-        return [np.ascontiguousarray(a) for a in args]
+        return [np.asarray(a, order="C") for a in args]
 
     def _tensors(self, arrays: list[np.ndarray]) -> ctypes.Array:
         tensors = (_Tensor * max(len(arrays), 1))()

@@ -1,6 +1,6 @@
 """ONNX's own backend test suite run against ``disc.frontends.onnx.backend``, classified.
 
-    python tests/frontends/onnx_conformance.py [--write docs/onnx-conformance.md]
+    python tests/frontends/onnx_conformance.py [--write docs/onnx-conformance.md] [--without-torch]
 
 Each case ends one of four ways: **ok** (outputs within the suite's tolerances), **refused**
 (a ``CompileError`` naming what disc does not take, raised before anything runs), **wrong**
@@ -110,7 +110,10 @@ def report(outcomes: dict[str, Outcome], seconds: float) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write", help="write the report (markdown) here")
+    p.add_argument("--without-torch", action="store_true", help="run as where PyTorch is not installed (the native program through disc_runtime)")
     args = p.parse_args()
+    if args.without_torch:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # any `import torch` now fails
     start = time.perf_counter()
     outcomes = {name: run(name) for name in CATEGORIES}
     text = report(outcomes, time.perf_counter() - start)

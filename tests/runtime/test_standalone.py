@@ -212,3 +212,23 @@ except disc_runtime.LoadError as e:
 """
     out = _run_without_torch(code, str(folder)).stdout
     assert "interface.txt does not describe program.so" in out and "data_dependent 0" in out, out
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return x * scale + 1
+
+
+def test_a_0_d_input_is_taken_as_0_d(tmp_path: Path) -> None:
+    # numpy.ascontiguousarray makes a 0-d array 1-d: the runtime once refused every scalar input that way.
+    import disc_runtime
+
+    cm = disc.compile(_Scaled(), (torch.randn(2, 3), torch.tensor(2.0)), dynamic={"x": {0: "n", 1: "m"}})
+    m = disc_runtime.load(disc.save(cm, tmp_path / "scaled"))
+    assert [t.dims for t in m.inputs] == [("n", "m"), ()]
+    for shape in [(1, 1), (4, 5)]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        (got,) = m.run(x, np.float32(-3.0))
+        np.testing.assert_allclose(got, x * -3 + 1, rtol=1e-6)
+        (got,) = m.run(x, np.array(0.5, np.float32))
+        np.testing.assert_allclose(got, x * 0.5 + 1, rtol=1e-6)
