@@ -22,6 +22,7 @@ from disc.ir.printer import print_graph
 from disc.ir.verifier import VerificationError
 from disc.ir.verifier import verify as verify_graph
 from disc.passes.channels_last import channels_last
+from disc.passes.conv1d import conv1d_as_2d
 from disc.passes.cse import cse
 from disc.passes.dce import dce
 from disc.passes.fold_shapes import fold_shapes
@@ -36,6 +37,7 @@ PIPELINE: list[Pass] = [
     fold_shapes,  # static index values -> index_const; CSE index values by symbolic value
     simplify,  # exact algebraic identities, scalar constant folding
     remove_noops,  # identity broadcast/reshape/transpose/convert; compose movement chains
+    conv1d_as_2d,  # 1-D convolutions as 2-D ones over a unit height
     channels_last,  # 2-D convolutions on NHWC activations, between transposes
     sink_transposes,  # transposes below pointwise ops/pooling/reductions, where pairs cancel
     cse,  # one node per (op, operands, attributes)

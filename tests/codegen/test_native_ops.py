@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 from kernel_cases import BINARY_F32, UNARY_F32, check_floor_div, floor_div_edge_cases, op_graph, special_f32
 
 import disc
+from disc.ir.parser import parse_graph
 from disc.runtime.native import NativeExecutor, build_native
 from disc.runtime.reference import ReferenceExecutor
 
@@ -212,3 +214,42 @@ def test_integer_division_by_zero_is_an_error_not_a_crash(dtype):
     a = torch.randint(-50, 50, (3, 41), dtype=dtype)
     b = torch.randint(1, 9, (3, 41), dtype=dtype) * (torch.randint(0, 2, (3, 41), dtype=dtype) * 2 - 1)
     assert all(torch.equal(g, w) for g, w in zip(cm(a, b), IntegerDivisions()(a, b)))
+
+
+class _ArgReduce(torch.nn.Module):
+    def __init__(self, kind: str, dim: int, keepdim: bool) -> None:
+        super().__init__()
+        self.kind, self.dim, self.keepdim = kind, dim, keepdim
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        fn = torch.argmax if self.kind == "argmax" else torch.argmin
+        return fn(x, self.dim, self.keepdim), fn(x * 2 + 1, self.dim, self.keepdim)  # the second reads a fused producer
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int64])
+@pytest.mark.parametrize("kind, dim, keepdim", [("argmax", -1, False), ("argmin", 0, True), ("argmax", 1, True), ("argmin", 1, False)])
+def test_argmax_and_argmin_run_natively_with_ties_and_nans_as_eager(kind: str, dim: int, keepdim: bool, dtype: torch.dtype) -> None:
+    """One native program (no op in PyTorch) at several shapes, size-1 dims first: the first of
+    equal extremes wins, and for floats the first NaN wins over any number (-inf included)."""
+    from kernel_cases import check_against_eager, ties_and_nans
+
+    model = _ArgReduce(kind, dim, keepdim)
+    example = torch.randn(2, 3, 5).to(dtype)
+    cm = disc.compile(model, (example,), dynamic={"x": {0: "a", 1: "b", 2: "c"}})
+    assert cm.report.backend.name == "native-cpu", cm.report.backend.reason
+    torch.manual_seed(0)
+    for shape in [(1, 1, 1), (1, 4, 1), (2, 1, 7), (3, 5, 9), (2, 17, 33)]:
+        x = ties_and_nans(*shape)
+        if not dtype.is_floating_point:
+            x = torch.nan_to_num(x, nan=2.0, neginf=-3.0)
+        check_against_eager(cm, model, (x.to(dtype),))
+
+
+def test_an_empty_reduced_axis_is_refused_by_name() -> None:
+    graph = parse_graph("func @argmax(%x: f32[a, b]) {\n  sym a in [0, inf]\n  sym b in [0, inf]\n  return %x\n}")
+    graph.outputs = [graph.add("argreduce", [graph.inputs[0]], {"axis": 1, "kind": "argmax"})]  # the shape rule runs
+    ex = NativeExecutor(graph, build_native(graph))
+    np.testing.assert_array_equal(ex.run([torch.tensor([[1.0, 3.0, 3.0], [float("nan"), 2.0, float("nan")]])])[0].numpy(), [1, 0])
+    assert ex.run([torch.zeros(0, 4)])[0].shape == (0,)  # no rows: nothing to reduce, nothing refused
+    with pytest.raises(disc.ShapeError, match="reduced axis 1 must not be empty"):
+        ex.run([torch.zeros(2, 0)])

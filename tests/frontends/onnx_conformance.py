@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import re
+import subprocess
 import sys
 import time
 import unittest
@@ -107,20 +109,52 @@ def report(outcomes: dict[str, Outcome], seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+WITHOUT_TORCH = """
+## Without PyTorch
+
+The same cases in a process where `import torch` fails (`--without-torch`): each model compiles to
+the native CPU program and runs through `disc_runtime` (`test_onnx_without_torch.py` holds CI to
+no wrong answer, no crash and these ok counts). A case that passes only with PyTorch uses an op
+the native program cannot hold; with PyTorch that op runs in PyTorch between compiled segments,
+without it the model is refused with a `CompileError` naming the op.
+
+"""
+
+
+def only_without_torch(without: dict[str, Outcome]) -> list[str]:
+    """The refusals that name the native program's limits (the ones PyTorch would have run), by reason."""
+    reasons: dict[str, list[str]] = collections.defaultdict(list)
+    for o in without.values():
+        for test, why in o.refused.items():
+            m = re.search(r"cannot hold this graph \((?:%\w+: )?(.*?)(?: \(%\w+\))?\); with PyTorch", why)
+            if m:
+                reasons[m.group(1)].append(test.removeprefix("test_"))
+    return [f"- {why} ({len(t)}): {', '.join(sorted(t))}" for why, t in sorted(reasons.items(), key=lambda kv: -len(kv[1]))]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--write", help="write the report (markdown) here")
+    p.add_argument("--write", help="write the report (markdown) here, with a second run without PyTorch")
     p.add_argument("--without-torch", action="store_true", help="run as where PyTorch is not installed (the native program through disc_runtime)")
+    p.add_argument("--json", action="store_true", help="print the outcomes as JSON (for --write's second run)")
     args = p.parse_args()
     if args.without_torch:
         sys.modules["torch"] = None  # type: ignore[assignment]  # any `import torch` now fails
     start = time.perf_counter()
     outcomes = {name: run(name) for name in CATEGORIES}
+    if args.json:
+        print(json.dumps({name: vars(o) for name, o in outcomes.items()}))
+        return 0
     text = report(outcomes, time.perf_counter() - start)
     print(text)
     if args.write:
+        cmd = [sys.executable, __file__, "--without-torch", "--json"]
+        second = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        without = {name: Outcome(**o) for name, o in json.loads(second).items()}
+        table = report(without, 0).split("\n\n")[0]
+        extra = WITHOUT_TORCH + table + "\n\nRefused only without PyTorch, by reason (cases):\n\n" + "\n".join(only_without_torch(without)) + "\n"
         with open(args.write, "w") as f:
-            f.write("# ONNX backend test suite\n\n" + (__doc__ or "").split("\n\n", 2)[2] + "\n" + text)
+            f.write("# ONNX backend test suite\n\n" + (__doc__ or "").split("\n\n", 2)[2] + "\n" + text + extra)
     return 0
 
 

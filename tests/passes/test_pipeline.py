@@ -106,6 +106,7 @@ def test_pipeline_order():
         "fold_shapes",
         "simplify",
         "remove_noops",
+        "conv1d_as_2d",
         "channels_last",
         "sink_transposes",
         "cse",

@@ -376,6 +376,32 @@ class _Emitter(IndexEmitter):
         fill = literal(n.attrs["value"], n.dtype)
         return self._branch(C_TYPES[n.dtype], [(" && ".join(conds), lambda: self.value(x, self._operand_idx(x, local))), (None, lambda: fill)])
 
+    def _op_argreduce(self, n: Node, idx: Idx) -> str:
+        """The index of the first largest (smallest) element along the axis, by a loop per output
+        element (argreduce fuses with nothing: its kernel is this loop). A NaN is larger and smaller
+        than anything, and the first NaN wins, as in torch.argmax; an empty axis is refused by the
+        op's shape rule before the program runs."""
+        x = n.inputs[0]
+        axis = n.attrs["axis"] % len(x.shape)
+        out = list(self.dims_of(idx))
+        t = C_TYPES[x.dtype]
+        best, at, k = self.fresh("v"), self.fresh("a"), self.fresh("k")
+        self.w(f"{t} {best} = {t}(0);")
+        self.w(f"int64_t {at} = -1;")
+        self.w(f"for (int64_t {k} = 0; {k} < {self.dim(x.shape[axis])}; ++{k}) {{")
+        self.w.depth += 1
+        self.scopes.append({})
+        dims = [*out[:axis], k, *out[axis + (1 if n.attrs["keepdim"] else 0) :]]
+        v = self.let(t, self.value(x, self._operand_idx(x, dims)), "e")
+        beats = f"{v} > {best}" if n.attrs["kind"] == "argmax" else f"{v} < {best}"
+        if x.dtype in FLOATS:  # once best is NaN nothing replaces it; a NaN replaces any number
+            beats = f"({best} == {best} && ({v} != {v} || {beats}))"
+        self.w(f"if ({at} < 0 || {beats}) {{ {best} = {v}; {at} = {k}; }}")
+        self.scopes.pop()
+        self.w.depth -= 1
+        self.w("}")
+        return at
+
     def _op_reduce_window(self, n: Node, idx: Idx) -> str:
         x = n.inputs[0]
         kind = n.attrs["kind"]

@@ -76,6 +76,11 @@ def _argreduce_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str
     ctx.check(attrs["kind"] in ARG_KINDS, f"unknown kind {attrs['kind']!r}; expected one of {ARG_KINDS}")
     ctx.check(x.dtype != "i1", "operand x must not be i1")
     axis = normalize_axis(attrs["axis"], x.rank, "argreduce")
+    size = x.shape[axis]
+    if isinstance(size, int):
+        ctx.check(size >= 1, f"the reduced axis {axis} is empty: there is no first largest or smallest element")
+    elif not ctx.constraints.prove_ge(size, 1):
+        ctx.constraints.assume(size, ">=", 1, f"argreduce: the reduced axis {axis} must not be empty")
     if attrs["keepdim"]:
         return tuple(1 if i == axis else d for i, d in enumerate(x.shape))
     return tuple(d for i, d in enumerate(x.shape) if i != axis)
