@@ -99,7 +99,8 @@ def make_executor(graph: Graph, fallbacks: Mapping[str, Any], backend: str | Non
             import disc.runtime.triton_runtime  # noqa: F401
         except ImportError as e:  # triton is not installed
             raise CompileError(f"the GPU backend needs Triton: {e}") from e
-    # Ops the code generator refuses move to PyTorch, between compiled segments, one refusal at a time.
+    # Ops the code generator refuses move to PyTorch, between compiled segments: the ones its declared
+    # support refuses all at once, the ones refused while planning (a view a library cannot read) in turn.
     refused: dict[Node, str] = {}
     for _ in range(MAX_REFUSALS):
         if refused or any(runs_on_host(n, gpu) for n in graph.nodes):

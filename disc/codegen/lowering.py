@@ -341,8 +341,9 @@ def _divides(c: ShapeConstraints, a: SymExpr, b: SymExpr) -> bool:
 
 
 class _Lowering:
-    def __init__(self, g: Graph, conv_epilogues: bool, data_dependent: bool, gpu: bool) -> None:
+    def __init__(self, g: Graph, conv_epilogues: bool, data_dependent: bool, gpu: bool, refusal: Callable[[Node], str | None] | None) -> None:
         self.g = g
+        self.refusal = refusal
         self.conv_epilogues = conv_epilogues
         self.data_dependent = data_dependent
         self.gpu = gpu
@@ -361,8 +362,8 @@ class _Lowering:
     def _check_supported(self) -> None:
         refused: dict[Node, str] = {}  # every op at fault, so they all move to PyTorch at once
         for n in self.g.nodes:
-            if n.op == "torch_fallback":
-                refused[n] = f"%{n.name} runs in PyTorch (torch_fallback); the native program must be whole"
+            if n.op == "host_call":
+                refused[n] = f"%{n.name} is a host_call ({n.attrs['host']} runs it); the native program must be whole"
             elif isinstance(n.type, IndexType):
                 continue
             elif n.op == "nonzero" and not self.data_dependent:
@@ -371,6 +372,8 @@ class _Lowering:
                 refused[n] = f"%{n.name}: dtype {n.dtype} has no kernels yet"
             elif kernel_kind(n.op, n.type) == "library" and n.dtype not in self._library_dtypes(n.op):
                 refused[n] = f"%{n.name}: {n.op} in {n.dtype}; the library path takes {', '.join(sorted(self._library_dtypes(n.op)))}"
+            elif self.refusal is not None and (why := self.refusal(n)) is not None:
+                refused[n] = why
         if refused:
             raise Unsupported(next(iter(refused.values())), list(refused))
         for o in self.g.outputs:
@@ -696,10 +699,14 @@ def _fuse_siblings(c: ShapeConstraints, steps: list[Step]) -> list[Step]:
     return steps
 
 
-def lower(g: Graph, conv_epilogues: bool = False, data_dependent: bool = False, gpu: bool = False) -> LoweredProgram:
+def lower(
+    g: Graph, conv_epilogues: bool = False, data_dependent: bool = False, gpu: bool = False, refusal: Callable[[Node], str | None] | None = None
+) -> LoweredProgram:
     """Fusion plan, folded views and buffer plan of ``g``; raises ``Unsupported`` with the reason.
     ``conv_epilogues``: convolutions compute their bias add and ReLU (a backend whose library
     call can, the CPU's). ``data_dependent``: the backend runs ``nonzero`` itself, binding its
     count mid-call (the CPU's host flow); otherwise a ``nonzero`` is refused. ``gpu``: the
-    Triton backend's library dtypes (16-bit GEMMs and convolutions) rather than the CPU's."""
-    return _Lowering(g, conv_epilogues, data_dependent, gpu).run()
+    Triton backend's library dtypes (16-bit GEMMs and convolutions) rather than the CPU's.
+    ``refusal``: the backend's declared support, why it cannot hold a node (None: it can); every
+    node it refuses is named in one ``Unsupported``, so the driver moves them all at once."""
+    return _Lowering(g, conv_epilogues, data_dependent, gpu, refusal).run()

@@ -110,7 +110,7 @@ _RECOMPUTES_CHEAP_OPERANDS = {"scatter_add"}
 def _fusible_kind(n: Node) -> str | None:
     """How ``n`` takes part in fusion: 'elementwise', 'cheap', 'reduction', or None (stands alone)."""
     category = get_spec(n.op).category
-    if n.op == "torch_fallback" or category == LIBRARY:
+    if n.op == "host_call" or category == LIBRARY:
         return None
     if category == BROADCAST or _reads_a_buffer_through_unit_dims(n):
         return "cheap"
@@ -392,7 +392,7 @@ class _Planner:
         return False
 
     def _kind(self, nodes: list[Node]) -> str:
-        if len(nodes) == 1 and nodes[0].op == "torch_fallback":
+        if len(nodes) == 1 and nodes[0].op == "host_call":
             return "fallback"
         if any(get_spec(n.op).category == LIBRARY for n in nodes):  # alone, or with its epilogue
             return "library"
@@ -543,7 +543,7 @@ def _bias_add(y: Node, readers: Callable[[Node], list[Node]], channel: int, c: S
 
 
 def _why_alone(p: Node) -> str:
-    if p.op == "torch_fallback":
+    if p.op == "host_call":
         return "the producer runs in PyTorch (fallback)"
     if get_spec(p.op).category == LIBRARY:
         return "the producer is a library call (GEMM/convolution); its epilogue is a kernel of its own"

@@ -143,7 +143,7 @@ def kernel_kind(op: str, type: Type) -> str | None:
     (an input, a constant, or a scalar of the shape computation)."""
     if op == "input" or isinstance(type, IndexType):
         return None
-    if op == "torch_fallback":  # registered as a SOURCE (its values come from outside disc), but it runs
+    if op == "host_call":  # registered as a SOURCE (its values come from outside disc), but it runs
         return "fallback"
     category = get_spec(op).category
     if category in (SOURCE, SHAPE):

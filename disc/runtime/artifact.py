@@ -243,8 +243,8 @@ def _external_constants(folder: Path, manifest: dict, given: Mapping[str, torch.
 
 
 def _encoded_fallbacks(report: Any) -> dict[str, dict]:
-    """The PyTorch calls of the graph's ``torch_fallback`` ops as JSON, by call key."""
-    keys = [n.attrs["call"] for n in report.graph.nodes if n.op == "torch_fallback"]
+    """The PyTorch calls of the graph's ``host_call`` ops as JSON, by call key."""
+    keys = [n.attrs["call"] for n in report.graph.nodes if n.op == "host_call"]
     try:
         return {key: report.fallback_calls[key].to_json() for key in keys}
     except KeyError as e:

@@ -25,7 +25,7 @@ from disc.ir.graph import Graph
 from disc.ir.types import dtype_of_numpy
 from disc.runtime.interface import LOWERED_KIND, Constant, Output, ProgramInterface, Symbol, TensorSpec, dim_text
 
-FORMAT = "disc-artifact/3"  # 3: interface.txt; 2: constants.bin in the IR's order, checked on load
+FORMAT = "disc-artifact/4"  # 4: host_call (was torch_fallback); 3: interface.txt; 2: constants.bin in the IR's order
 ALIGN = 64
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from disc.errors import ShapeError
+from disc.errors import CompileError, ShapeError
 from disc.ir.graph import Graph, Node
 from disc.ir.registry import get_spec, kernel_kind
 from disc.ir.types import IndexType
@@ -146,7 +146,7 @@ def on_device(fn: Callable[..., Any], device: torch.device) -> Callable[..., Any
 
 
 class ReferenceExecutor:
-    """Runs a graph with torch ops. ``fallbacks`` resolves ``torch_fallback`` calls; ``device``
+    """Runs a graph with torch ops. ``fallbacks`` resolves ``host_call`` calls; ``device``
     is where the inputs are (the constants move there once, here)."""
 
     def __init__(self, graph: Graph, fallbacks: Mapping[str, Any] | None = None, device: str | torch.device = "cpu") -> None:
@@ -177,7 +177,9 @@ class ReferenceExecutor:
             fn = get_spec(n.op).reference
             if n.constant_ref is not None:
                 attrs["ref"] = self.graph.constants[n.constant_ref].to(self.device)
-            if n.op == "torch_fallback":
+            if n.op == "host_call":
+                if attrs["host"] != "torch":
+                    raise CompileError(f"%{n.name} is a host_call for {attrs['host']!r}; the reference executor runs PyTorch's")
                 attrs = {"call": self.fallbacks[attrs["call"]], "results": None}  # a fresh dict per run
             elif self.device.type != "cpu":
                 fn = on_device(fn, self.device)

@@ -1,6 +1,6 @@
 """Programs PyTorch must help with: compiled segments, with PyTorch running some ops between them.
 
-Three kinds of op run in PyTorch (*host ops*): a ``torch_fallback`` (an op the
+Three kinds of op run in PyTorch (*host ops*): a ``host_call`` (an op the
 frontend does not lower: sort, an op with no lowering), on the GPU a ``nonzero``
 (the positions behind boolean-mask indexing: its result size is known only once
 it has run; the native CPU program runs it itself and plans what follows at the
@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from disc.codegen.lowering import Unsupported
+from disc.errors import CompileError
 from disc.ir.graph import Graph, Node
 from disc.ir.registry import get_spec
 from disc.ir.types import IndexType
@@ -65,17 +66,17 @@ class SegmentPlan:
     """The graph cut at the ops PyTorch runs: ``segments`` (some stages may have none) and ``host_ops[stage]``."""
 
     segments: list[Segment]
-    host_ops: list[list[Node]]  # per stage, in program order: torch_fallback ops and ops the code generator refused
+    host_ops: list[list[Node]]  # per stage, in program order: host_call ops and ops the code generator refused
     shape_program: ShapeProgram  # the whole graph's: index values from the input shapes, for the host ops
     reasons: dict[Node, str] = field(default_factory=dict)  # why a refused op (not a fallback) runs in PyTorch
     host_tensors: set[Node] = field(default_factory=set)  # tensors the host reads shapes of for index operands
 
 
 def runs_on_host(n: Node, gpu: bool = False) -> bool:
-    """Ops PyTorch runs whatever the code generator can do: a ``torch_fallback``, and for the GPU
+    """Ops PyTorch runs whatever the code generator can do: a ``host_call``, and for the GPU
     program a ``nonzero``, whose result size is known only once it has run (the Triton host flow
     sizes every buffer before its first launch; the native CPU program plans at the count's bound)."""
-    return n.op == "torch_fallback" or (gpu and n.op == "nonzero")
+    return n.op == "host_call" or (gpu and n.op == "nonzero")
 
 
 def host_ops(graph: Graph, refused: Iterable[Node] = (), gpu: bool = False) -> set[Node]:
@@ -264,7 +265,9 @@ def _host_call(n: Node, fallbacks: Mapping[str, Any], device: torch.device | Non
     """How the host runs op ``n`` on its operand values: the fallback's torch call, or the op's
     reference semantics (whose tensors built from sizes alone move to the program's device)."""
     spec = get_spec(n.op)
-    if n.op == "torch_fallback":
+    if n.op == "host_call":
+        if n.attrs["host"] != "torch":
+            raise CompileError(f"%{n.name} is a host_call for {n.attrs['host']!r}; this executor runs PyTorch's")
         call = fallbacks[n.attrs["call"]]
         return lambda operands, results: spec.reference(*operands, call=call, results=results)
     attrs = dict(n.attrs)
@@ -275,7 +278,7 @@ def _host_call(n: Node, fallbacks: Mapping[str, Any], device: torch.device | Non
 def summary(plan: SegmentPlan) -> str:
     """One line: how many segments, and how many ops PyTorch runs between them."""
     n = sum(len(fs) for fs in plan.host_ops)
-    fallbacks = sum(f.op == "torch_fallback" for fs in plan.host_ops for f in fs)
+    fallbacks = sum(f.op == "host_call" for fs in plan.host_ops for f in fs)
     refused = f" ({n - fallbacks} refused by the code generator)" if n > fallbacks else ""
     segments = f"{len(plan.segments)} compiled segment{'s' if len(plan.segments) != 1 else ''}"
     return f"{segments}; {n} op{'s' if n != 1 else ''} run by PyTorch between them{refused}"
@@ -383,7 +386,7 @@ def describe_segments(plan: SegmentPlan) -> list[str]:
             outs = ", ".join(f"%{x.name}" for x in seg.outputs)
             lines.append(f"  segment {s}: reads {ins}; hands on {outs}")
         for f in fs:
-            what = f.attrs["target"] if f.op == "torch_fallback" else f.op
+            what = f.attrs["target"] if f.op == "host_call" else f.op
             why = f"  [{plan.reasons[f]}]" if f in plan.reasons else ""
             lines.append(f"  then PyTorch: %{f.name} = {what}({', '.join('%' + x.name for x in f.inputs)}){why}")
     for seg in plan.segments:

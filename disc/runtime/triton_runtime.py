@@ -69,10 +69,10 @@ def build_triton(graph: Graph) -> TritonBuild:
     import triton
 
     from disc.codegen.cpu.toolchain import cache_dir
-    from disc.codegen.triton.program import emit_program
+    from disc.codegen.triton.program import emit_program, refusal
 
     start = time.perf_counter()
-    lowered = lower(graph, gpu=True)
+    lowered = lower(graph, gpu=True, refusal=refusal)
     source = emit_program(lowered)
     key = hashlib.sha256("\0".join([CACHE_FORMAT, triton.__version__, source.text]).encode()).hexdigest()[:32]
     folder = cache_dir() / "triton" / key

@@ -253,3 +253,36 @@ def test_an_empty_reduced_axis_is_refused_by_name() -> None:
     assert ex.run([torch.zeros(0, 4)])[0].shape == (0,)  # no rows: nothing to reduce, nothing refused
     with pytest.raises(disc.ShapeError, match="reduced axis 1 must not be empty"):
         ex.run([torch.zeros(2, 0)])
+
+
+DECLARED_REFUSALS = """func @two_refused(%x: f32[n, 4], %v: f32[1, 2, n, 5, 5], %k: f32[3, 2, 2, 2, 2]) {
+  sym n in [2, inf]
+  %0 = cumsum(%x) {axis=1} : f32[n, 4]
+  %1 = exp(%0) : f32[n, 4]
+  %2 = convolution(%v, %k) {channels_last=false, dilation=[1, 1, 1], groups=1, output_padding=[], padding=[0, 0, 0], stride=[1, 1, 1], transposed=false} : f32[1, 3, n - 1, 4, 4]
+  return %1, %2
+}"""
+
+
+def test_the_ops_a_backend_cannot_hold_are_declared_and_refused_together():
+    """The CPU backend's declared support names every op it cannot hold in one refusal, before
+    lowering, so the driver moves them all to the host in one step; the rest still compiles."""
+    from disc.codegen.cpu.program import refusal
+    from disc.codegen.lowering import Unsupported, lower
+    from disc.driver import make_executor
+
+    graph = parse_graph(DECLARED_REFUSALS)
+    by_name = {n.name: n for n in graph.nodes}
+    assert refusal(by_name["0"]) == "no C++ kernel form for op cumsum (%0)"
+    assert refusal(by_name["2"]).startswith("%2: only 2-D, non-transposed convolutions")
+    assert refusal(by_name["1"]) is None
+    with pytest.raises(Unsupported) as e:
+        lower(graph, conv_epilogues=True, data_dependent=True, refusal=refusal)
+    assert {n.name for n in e.value.nodes} == {"0", "2"}
+    executor, choice = make_executor(graph, {}, "auto", "cpu")
+    assert choice.name == "native-cpu segments", choice
+    assert sorted(n.op for ops in choice.segments.host_ops for n in ops) == ["convolution", "cumsum"]
+    x, v, k = torch.randn(3, 4), torch.randn(1, 2, 3, 5, 5), torch.randn(3, 2, 2, 2, 2)
+    got = executor.run([x, v, k])
+    torch.testing.assert_close(got[0], torch.cumsum(x, 1).exp())
+    torch.testing.assert_close(got[1], torch.nn.functional.conv3d(v, k), rtol=1e-5, atol=1e-5)

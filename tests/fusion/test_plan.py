@@ -89,7 +89,7 @@ def test_fallback_op_is_its_own_group() -> None:
 
     plan = plan_of(Sorted(), (torch.randn(9),), {"x": {0: "n"}})
     fallbacks = [g for g in plan.groups if g.kind == "fallback"]
-    assert fallbacks and all(len(g.nodes) == 1 and g.root.op == "torch_fallback" for g in fallbacks)
+    assert fallbacks and all(len(g.nodes) == 1 and g.root.op == "host_call" for g in fallbacks)
     assert plan.memory_bound_kernels == len(plan.groups) - len(fallbacks)
 
 

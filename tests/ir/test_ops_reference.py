@@ -126,7 +126,7 @@ def evaluate(g: Graph, target: Node, feeds: dict[str, torch.Tensor]):
         attrs = dict(n.attrs)
         if n.op == "constant" and attrs.get("ref") is not None:
             attrs["ref"] = g.constants[attrs["ref"]]
-        if n.op == "torch_fallback":
+        if n.op == "host_call":
             attrs = {"call": FALLBACKS[attrs["call"]]}
         vals[n] = get_spec(n.op).reference(*(vals[i] for i in n.inputs), **attrs)
     return vals[target]
@@ -1126,17 +1126,17 @@ class _Fallback:
 FALLBACKS = {"softplus": _Fallback(F.softplus), "outer": _Fallback(torch.outer)}
 
 case(
-    "torch_fallback",
+    "host_call",
     [("x", "f32", AB)],
-    lambda g, x: g.add("torch_fallback", [x], {"call": "softplus", "target": "aten.softplus", "dtype": "f32", "shape": ("a", "b")}),
+    lambda g, x: g.add("host_call", [x], {"call": "softplus", "target": "aten.softplus", "dtype": "f32", "shape": ("a", "b")}),
     lambda x: torch.log1p(x.double().exp()).float(),
     lambda S: T("f32", S.a, S.b),
     ENVS2,
 )
 case(
-    "torch_fallback",
+    "host_call",
     [("x", "f64", ("a",)), ("y", "f64", ("b",))],
-    lambda g, x, y: g.add("torch_fallback", [x, y], {"call": "outer", "dtype": "f64", "shape": ("a", "b")}),
+    lambda g, x, y: g.add("host_call", [x, y], {"call": "outer", "dtype": "f64", "shape": ("a", "b")}),
     lambda x, y: x[:, None] * y[None, :],
     lambda S: T("f64", S.a, S.b),
     [{"a": 2, "b": 3}],

@@ -81,7 +81,7 @@ def test_detector_runs_as_native_segments() -> None:
     assert len(segments) == 2 and all(isinstance(s.executor, NativeExecutor) for s in segments)
     # The Bessel function runs in PyTorch after the first segment, which also runs the nonzero
     # (natively) and the gathers of the kept rows.
-    assert [f.op for f in cm.executor.plan.host_ops[0]] == ["torch_fallback"]
+    assert [f.op for f in cm.executor.plan.host_ops[0]] == ["host_call"]
     assert [n.op for n in segments[0].graph.nodes].count("nonzero") == 1
     assert sum(cm.report.fallbacks.values()) == 1
     _check(model, cm, DETECT_SHAPES)
@@ -94,7 +94,7 @@ def test_segment_inputs_and_outputs() -> None:
     fallbacks = cm.executor.plan.host_ops[0]
     read_by_fallbacks = {x for f in fallbacks for x in f.inputs}
     assert read_by_fallbacks <= set(first.outputs) <= read_by_fallbacks | set(second.inputs)
-    assert [x.op for x in second.inputs].count("torch_fallback") == 1 and second.inputs[0].op == "input"
+    assert [x.op for x in second.inputs].count("host_call") == 1 and second.inputs[0].op == "input"
     assert {x for x in second.inputs if x.op != "input"} <= set(first.outputs) | set(fallbacks)
     assert second.outputs == cm.graph.outputs
     # The first segment's outputs are sized by the count, which it reports; the second binds the
@@ -141,7 +141,7 @@ def test_explain_lists_segments_and_fallbacks() -> None:
     text = disc.explain(cm)
     assert "2 compiled segments; 1 op run by PyTorch between them" in text
     assert "segment 0: reads %x; hands on" in text
-    assert "then PyTorch: %" in text and "= torch_fallback(" in text
+    assert "then PyTorch: %" in text and "= host_call(" in text
     assert text.count("-- backend: native CPU program --") == 2
 
 
@@ -187,8 +187,8 @@ func @plan(%x: f32[n, 4]) {
   sym u0 in [0, inf]  (torch symbol u0)
   %w = constant() {dtype="f32", ref="w", value=none} : f32[3, 4]
   %a = exp(%x) : f32[n, 4]
-  %f = torch_fallback(%a) {call="pick", dtype="f32", shape=["u0", "4"], target="aten.pick"} : f32[u0, 4]
-  %g = torch_fallback(%f) {call="again", dtype="f32", shape=["u0", "4"], target="aten.again"} : f32[u0, 4]
+  %f = host_call(%a) {call="pick", dtype="f32", shape=["u0", "4"], target="aten.pick"} : f32[u0, 4]
+  %g = host_call(%f) {call="again", dtype="f32", shape=["u0", "4"], target="aten.again"} : f32[u0, 4]
   %wt = transpose(%w) {perm=[1, 0]} : f32[4, 3]
   %y = dot_general(%g, %wt) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : f32[u0, 3]
   %z = tanh(%y) : f32[u0, 3]

@@ -501,6 +501,20 @@ class _Emitter(IndexEmitter):
         return var
 
 
+def has_kernel_form(n: Node) -> str | None:
+    """Why a fused C++ kernel cannot compute ``n`` (None: it can): the forms ``_Emitter`` has,
+    read by the CPU's declared support (``program.refusal``) before anything is lowered."""
+    op = n.op
+    if get_spec(op).category == ELEMENTWISE:
+        ok = op in UNARY or op in BINARY or op in INT_DIVISION or op in ("select", "convert")
+        return None if ok else f"no C++ for elementwise op {op}"
+    if op == "scatter_add":  # a kernel of its own (emit_scatter_add)
+        return f"scatter_add %{n.name} in {n.dtype}: no 16-bit C++ form" if n.dtype in NARROW else None
+    if op == "nonzero" or hasattr(_Emitter, f"_op_{op}"):
+        return None
+    return f"no C++ kernel form for op {op} (%{n.name})"
+
+
 def _reduce_init(kind: str, dtype: str) -> str:
     """The C++ identity of a reduction ``kind`` in ``dtype`` (integers have no infinity)."""
     table = REDUCE_INIT_INT if dtype not in FLOATS and kind in REDUCE_INIT_INT else REDUCE_INIT

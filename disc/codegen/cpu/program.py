@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
-from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel
+from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel, has_kernel_form
 from disc.codegen.cpu.ops import PRELUDE, storage_type
 from disc.codegen.cpu.signature import signature_text
 from disc.codegen.cpu.toolchain import UNIT_MARKER
@@ -50,11 +50,25 @@ from disc.codegen.lowering import (
 )
 from disc.ir.graph import Graph, Node
 from disc.ir.ops.nn import channels_first_axes
+from disc.ir.registry import kernel_kind
 from disc.ir.types import IndexType
 from disc.shape.expr import SymExpr, as_expr
 
 # The RAL routine of each convolution op (all take a disc_conv2d_args).
 CONV_CALLS = {"convolution": "conv2d", "convolution_backward_input": "conv2d_backward_data", "convolution_backward_weight": "conv2d_backward_weights"}
+
+
+def refusal(n: Node) -> str | None:
+    """Why the CPU program cannot hold ``n`` (None: it can). The ops this backend takes, declared:
+    the lowering refuses them all at once, before planning, and the driver runs them on the host.
+    (Refusals that depend on the plan, such as a view a library call cannot describe, are still
+    found while lowering.)"""
+    kind = kernel_kind(n.op, n.type)
+    if kind == "library":
+        if n.op in CONV_CALLS and (n.attrs.get("transposed") or len(n.shape) != 4):
+            return f"%{n.name}: only 2-D, non-transposed convolutions and their gradients have library calls"
+        return None if n.op == "dot_general" or n.op in CONV_CALLS else f"%{n.name}: no library call for {n.op}"
+    return has_kernel_form(n) if kind == "memory_bound" else None
 
 
 @dataclass
@@ -525,7 +539,7 @@ def native_source(graph: Graph) -> tuple[LoweredProgram, NativeSource]:
     """The CPU backend's lowering of ``graph`` and the C++ it generates (a saved program is reused
     only where this gives its source again). Convolutions take their bias and ReLU: the RAL
     applies them inside the call, and the host flow runs a ``nonzero`` itself."""
-    lowered = lower(graph, conv_epilogues=True, data_dependent=True)
+    lowered = lower(graph, conv_epilogues=True, data_dependent=True, refusal=refusal)
     return lowered, emit_program(lowered)
 
 

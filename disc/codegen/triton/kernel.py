@@ -504,6 +504,21 @@ def _accumulator(r: Node) -> str:
     return f"tl.full([BLOCK_M, BLOCK_N], {reduce_init(r.attrs['kind'], r.dtype)}, {dtype})"
 
 
+def has_kernel_form(n: Node) -> str | None:
+    """Why a fused Triton kernel cannot compute ``n`` (None: it can): the forms ``_Emitter`` has,
+    read by the GPU's declared support (``program.refusal``) before anything is lowered."""
+    op = n.op
+    if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert"):
+        dtype = n.inputs[0].dtype
+        form = unary(op, dtype) if len(n.inputs) == 1 else binary(op, dtype)
+        return None if form is not None else f"no Triton form for elementwise op {op} on {dtype}"
+    if op == "scatter_add":  # a kernel of its own (scatter_kernel)
+        return f"scatter_add %{n.name} in {n.dtype}: no 16-bit Triton form" if n.dtype in TL_STORAGE else None
+    if op in ("select", "convert", "nonzero") or hasattr(_Emitter, f"_op_{op}"):
+        return None
+    return f"no Triton kernel form for op {op} (%{n.name})"
+
+
 def _cast(x: str, tl_type: str) -> str:
     """``x`` as ``tl_type``; a Python number (a literal, a size-1 dim's index 0) has no .to()."""
     return f"tl.full([], {x}, {tl_type})" if _is_literal(x) else f"({x}).to({tl_type})"

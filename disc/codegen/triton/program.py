@@ -32,13 +32,25 @@ from disc.codegen.lowering import (
     batch_parts,
     contiguous_strides,
 )
-from disc.codegen.triton.kernel import TritonKernel, emit_kernel
+from disc.codegen.triton.kernel import TritonKernel, emit_kernel, has_kernel_form
 from disc.ir.graph import Node
+from disc.ir.registry import kernel_kind
 from disc.ir.types import IndexType
 from disc.shape.expr import FloorDiv, SymExpr, as_expr
 
 # The TritonRuntime method of each convolution op: (step, two operands, result, geometry).
 TORCH_CONV_CALLS = {"convolution": "conv", "convolution_backward_input": "conv_backward_input", "convolution_backward_weight": "conv_backward_weight"}
+
+
+def refusal(n: Node) -> str | None:
+    """Why the GPU program cannot hold ``n`` (None: it can): the ops this backend takes, declared
+    (see ``codegen/cpu/program.refusal``)."""
+    kind = kernel_kind(n.op, n.type)
+    if kind == "library":
+        if n.op in TORCH_CONV_CALLS and n.attrs.get("transposed"):
+            return f"%{n.name}: transposed convolution has no library call"
+        return None if n.op in ("dot_general", "attention") or n.op in TORCH_CONV_CALLS else f"%{n.name}: no library call for {n.op}"
+    return has_kernel_form(n) if kind == "memory_bound" else None
 
 TORCH_DTYPES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64", "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8", "i1": "torch.bool"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

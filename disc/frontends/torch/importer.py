@@ -3,7 +3,7 @@
 The importer walks an ATen-level FX graph (from ``torch.export`` or from the
 torch.compile backend), maps torch's shape symbols onto disc symbols, turns
 SymInt arithmetic into shape-computation ops, and lowers each op through the
-table in ``lowering.py``. Ops without a lowering become ``torch_fallback``
+table in ``lowering.py``. Ops without a lowering become ``host_call``
 nodes: they run in PyTorch, are listed by ``disc.explain``, and never crash
 the import.
 """
@@ -283,7 +283,7 @@ class Importer(GraphBuilder):
 
     # -- fallback -----------------------------------------------------------------------
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any:
-        """Run ``fx_node`` in PyTorch: one ``torch_fallback`` node per tensor result."""
+        """Run ``fx_node`` in PyTorch: one ``host_call`` node per tensor result."""
         operands: list[Node] = []
 
         def slot(v: Any) -> Any:
@@ -326,9 +326,9 @@ class Importer(GraphBuilder):
             # Result dims come from torch's meta; data-dependent ones are fresh symbols.
             shape = tuple(self.sym_to_expr(d) for d in v.shape)
             node = self.graph.add(
-                "torch_fallback",
+                "host_call",
                 operands,
-                {"call": key, "target": target_name, "reason": reason, "dtype": dtype_of_torch(v.dtype), "shape": _shape_attr(shape)},
+                {"host": "torch", "call": key, "target": target_name, "reason": reason, "dtype": dtype_of_torch(v.dtype), "shape": _shape_attr(shape)},
             )
             self.register_dims(node)
             results.append(node)

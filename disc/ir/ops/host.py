@@ -1,8 +1,11 @@
-"""``torch_fallback``: an op disc does not lower, run by PyTorch on the host.
+"""``host_call``: an op disc does not lower, run by the host framework between compiled code.
 
-Its result type comes from torch's own shape propagation at import time
-(data-dependent dims become fresh symbols); the call itself is kept in the
-importer's side table under the ``call`` key.
+The IR names no framework: ``host`` says which one runs the call ("torch" for the PyTorch
+frontend's fallbacks) and ``call`` is a key into that frontend's own table of calls (the torch
+importer's ``fallbacks``: an ATen operator and its arguments), which the executor is handed
+with the graph. ``target`` (the operator's name) and ``reason`` are for the explain report. The
+result type comes from the frontend (torch's shape propagation at import time; data-dependent
+dims are fresh symbols).
 """
 
 from __future__ import annotations
@@ -21,15 +24,15 @@ def _fallback_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str,
 
 
 @register(
-    "torch_fallback",
+    "host_call",
     "*operands",
-    attrs={"call": "", "target": "", "reason": "", "dtype": "f32", "shape": ()},
+    attrs={"host": "torch", "call": "", "target": "", "reason": "", "dtype": "f32", "shape": ()},
     dtype=lambda types, attrs: attrs["dtype"],
     shape=_fallback_rule,
     category=SOURCE,
 )
-def torch_fallback(*operands: Any, call: Any, results: dict | None = None, **_: Any) -> Any:
-    """Calls ``call`` (resolved by the executor to the importer's Fallback) on the operands.
+def host_call(*operands: Any, call: Any, results: dict | None = None, **_: Any) -> Any:
+    """Calls ``call`` (resolved by the executor from the frontend's table) on the operands.
 
     ``results`` (one dict per execution) lets the outputs of one multi-output op
     come from a single call: dropout's result and its mask must be one draw.
