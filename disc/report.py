@@ -84,13 +84,13 @@ class CompileReport:
 
             return describe_segments(choice.segments)
         if choice is not None and choice.triton is not None:
-            from disc.codegen.triton.explain import describe_triton
+            from disc.runtime.explain import describe_triton
 
             return describe_triton(choice.triton)
         if choice is None or choice.native is None:
             why = choice.reason if choice is not None else "no backend recorded"
             return ["-- backend: reference executor (op by op, with torch) --", f"  {why}"]
-        from disc.codegen.cpu.explain import describe_native
+        from disc.runtime.explain import describe_native
 
         return describe_native(choice.native)
 

@@ -374,8 +374,7 @@ class SegmentedExecutor:
 
 def describe_segments(plan: SegmentPlan) -> list[str]:
     """Lines for ``disc.explain``: the segments, what crosses between them, and each segment's program."""
-    from disc.codegen.cpu.explain import describe_native
-    from disc.codegen.triton.explain import describe_triton
+    from disc.runtime.explain import describe_native, describe_triton
 
     lines = [f"-- backend: {summary(plan)} --"]
     by_stage = {seg.stage: seg for seg in plan.segments}

@@ -1,4 +1,7 @@
-"""The native program explained: kernels and their speculation versions, library calls, memory plan."""
+"""Built programs explained for ``disc.explain``: what the native CPU program and the Triton GPU
+program run per call (kernels and their speculation versions, library calls) and where their
+memory goes. Reads a build (``runtime/native_build.py``, ``runtime/triton_runtime.py``) and, for a
+profiling build, its counters; the code generators know nothing of it."""
 
 from __future__ import annotations
 
@@ -6,12 +9,12 @@ from typing import Any
 
 from disc.codegen.cpu.program import KernelCall
 from disc.codegen.lowering import LibraryStep, distinct_kernels
+from disc.runtime.native import step_profile
+from disc.runtime.ral import load_ral
 
 
 def describe_native(native: Any) -> list[str]:
     """Lines for ``disc.explain``: what the native CPU program runs, per call, and where its memory goes."""
-    from disc.runtime.ral import load_ral
-
     lp, src = native.lowered, native.source
     counts = lp.counts()
     lines = [
@@ -58,8 +61,6 @@ def _launches(n: int) -> str:
 def _versions_run(native: Any) -> dict[str | None, dict] | None:
     """Per kernel function (None: the library calls together), nanoseconds and launches per
     speculation version so far; None unless the program is a profiling build."""
-    from disc.runtime.native import step_profile
-
     try:
         steps = step_profile(native)
     except (RuntimeError, OSError):
@@ -72,3 +73,36 @@ def _versions_run(native: Any) -> dict[str | None, dict] | None:
         for version, hits in step["calls"].items():
             entry["hits"][version] = entry["hits"].get(version, 0) + hits
     return out
+
+
+
+def describe_triton(build: Any) -> list[str]:
+    """Lines for ``disc.explain``: what the GPU program launches per call, and where its memory goes."""
+    from disc.runtime.triton_runtime import interpreting  # imports triton: only for a GPU program
+
+    lp, src = build.lowered, build.source
+    counts = lp.counts()
+    where = "Triton's interpreter on the CPU" if interpreting() else "the GPU"
+    lines = [
+        f"-- backend: Triton program (runs on {where}) --",
+        f"  generated in {build.seconds:.2f}s; source: {build.path}",
+        f"  per call: {counts['memory_bound']} memory-bound kernels ({len(src.kernels)} distinct), {counts['library']} library calls (torch: cuBLAS / cuDNN)",
+        f"  GEMM operands read through strides instead of copies: {lp.describe_folded_views()}",
+    ]
+    if build.compiled:
+        forms = len({id(f) for f in build.compiled.values()})
+        lines.append(f"  compiled ahead of the first call: {forms} kernel forms in {build.compile_seconds:.2f}s (no shape compiles at run time)")
+        lines.append("  CUDA graphs: a shape is recorded at its second call and replayed after (DISC_CUDA_GRAPHS shapes, DISC_CUDA_GRAPH_MB MiB)")
+    lines += [
+        "",
+        "-- kernels (speculation versions; the first whose condition holds runs) --",
+    ]
+    for call, uses in distinct_kernels(src.calls):
+        ops = ", ".join(n.op for n in call.step.group.nodes)
+        lines.append(f"  {call.kernel.name} x{uses}: [{ops}]")
+        for v in call.kernel.versions:
+            launch = ", ".join(f"{k}={val}" for k, val in v.constexprs.items())
+            lines.append(f"    version {v.label}: when {v.condition}; {v.grid} programs, {launch}")
+    lines += ["", "-- memory plan (one workspace; slots never live together share bytes, placed per call) --"]
+    lines += lp.describe_slots()
+    return lines
