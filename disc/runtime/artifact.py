@@ -467,16 +467,38 @@ def _check_against_ir(folder: Path, manifest: dict, graph: Any) -> None:
         raise _bad(folder, f"names {len(manifest['input_names'])} inputs; the IR has {len(graph.inputs)}")
 
 
+READ_CHUNK = 32 << 20
+
+
+def _read_hashing(path: Path, into: memoryview) -> tuple[int, bytes, str]:
+    """Read ``path`` into ``into`` and hash it on the way: a second thread hashes each chunk while
+    the next is read (both release the GIL), so loading pays for the slower of the two, not their
+    sum (BERT-base: 347 MB, SHA-256 at ~0.9 GB/s on a 2-core Xeon). Returns the bytes read, one byte
+    past ``into`` if the file is longer, and the SHA-256."""
+    h = hashlib.sha256()
+    at = 0
+    with ThreadPoolExecutor(max_workers=1) as hasher, open(path, "rb") as f:
+        pending = []
+        while at < len(into):
+            n = f.readinto(into[at : at + READ_CHUNK])
+            if not n:
+                break
+            pending.append(hasher.submit(h.update, into[at : at + n]))  # one worker: in order
+            at += n
+        extra = f.read(1)
+        for done in pending:
+            done.result()
+    return at, extra, h.hexdigest()
+
+
 def _constants(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
     expected = manifest["files"]["constants.bin"]
     blob = torch.empty(expected["bytes"], dtype=torch.uint8)  # torch's allocator aligns to 64 bytes
     try:
-        with open(path, "rb") as f:
-            got = f.readinto(memoryview(blob.numpy()))
-            extra = f.read(1)
+        got, extra, sha256 = _read_hashing(path, memoryview(blob.numpy()))
     except OSError as e:
         raise _unreadable(path, e) from e
-    if got != expected["bytes"] or extra or hashlib.sha256(memoryview(blob.numpy())).hexdigest() != expected["sha256"]:
+    if got != expected["bytes"] or extra or sha256 != expected["sha256"]:
         raise _damaged(path)
     out = {}
     for c in manifest["constants"]:
