@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from disc.ir.graph import Graph, Node
 from disc.ir.payloads import is_scalar_payload, scalar, splat_value
 from disc.ir.registry import ELEMENTWISE, get_spec
@@ -184,6 +186,38 @@ def _add_neg(n: Node, g: Graph) -> Replacement | None:
     return New("sub", (x, y.inputs[0])) if y.op == "neg" else None
 
 
+# Scalar folding where the constants are numpy arrays (a frontend without torch): the ops whose
+# numpy result is bit for bit the reference's, IEEE-exact float arithmetic (one rounding, numpy
+# and torch alike) and integer arithmetic that wraps alike. Transcendentals (exp, tanh...) differ
+# in the last place between math libraries, and max/min order signed zeros differently (numpy's
+# maximum(0.0, -0.0) is -0.0, torch's 0.0), so those are left for the program to compute.
+_NUMPY_EXACT: dict[str, Callable[..., Any]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative, "abs": np.abs,
+    "sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil,
+    "round": np.round, "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor, "logical_not": np.logical_not, "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor, "bitwise_not": np.invert,
+    "isnan": np.isnan, "isinf": np.isinf,
+}  # fmt: skip
+
+
+def _fold_numpy(n: Node, values: list[Any]) -> Any:
+    fn = _NUMPY_EXACT.get(n.op)
+    if n.op == "div" and all(np.issubdtype(v.dtype, np.floating) for v in values):
+        fn = np.true_divide  # integer division (truncating, by zero an error) is left to the program
+    if fn is None or any(v.dtype.name == "bfloat16" for v in values):
+        return None
+    if values[0].dtype == np.bool_ and not n.op.startswith(("logical_", "bitwise_", "eq", "ne", "lt", "le", "gt", "ge")):
+        return None  # arithmetic on i1 (torch refuses abs of a bool, numpy computes it)
+    try:
+        with np.errstate(all="ignore"):  # inf, NaN and wraparound are the values, as in the program
+            out = np.asarray(fn(*values))
+    except TypeError:  # an op numpy does not define on this dtype (bool subtraction)
+        return None
+    return out if out.dtype == values[0].dtype or out.dtype == np.bool_ else None
+
+
 def fold_scalar_constants(n: Node, g: Graph) -> Replacement | None:
     """Evaluate an elementwise op whose operands are all scalar constants, with its reference."""
     if get_spec(n.op).category != ELEMENTWISE or not n.inputs:
@@ -191,6 +225,8 @@ def fold_scalar_constants(n: Node, g: Graph) -> Replacement | None:
     values = [_scalar_constant(i, g) for i in n.inputs]
     if any(v is None for v in values):
         return None
+    if all(isinstance(v, np.ndarray) for v in values):
+        return _fold_numpy(n, values)
     try:
         out = get_spec(n.op).reference(*values, **n.attrs)
     except (RuntimeError, TypeError, ValueError, ZeroDivisionError):
