@@ -266,8 +266,9 @@ def _native_build(folder: Path, manifest: dict, graph: Any, verify: bool) -> Any
     """The native program saved in ``folder``: its library where it was built for this CPU and RAL,
     else built again from the saved C++. Reads ``interface.txt`` for how to call it; lowers the
     IR only under ``verify``."""
+    from disc.codegen.cpu.build import NativeBuild, build_options, native_source
     from disc.codegen.cpu.toolchain import BuildResult, build, host_digest
-    from disc.runtime.native_build import NativeBuild, NativeSignature, build_options, native_source
+    from disc.runtime.interface import native_signature
     from disc.runtime.ral import ABI_VERSION
 
     start = time.perf_counter()
@@ -297,7 +298,7 @@ def _native_build(folder: Path, manifest: dict, graph: Any, verify: bool) -> Any
             if fits:
                 raise ArtifactError(f"{_damaged(library)}, and it cannot be built again here: {e}") from e
             raise ArtifactError(f"saved program {folder}: program.so was built for another CPU or RAL, and it cannot be built here: {e}") from e
-    signature = NativeSignature.of_interface(iface)
+    signature = native_signature(iface)
     if verify:
         return NativeBuild(result, time.perf_counter() - start, profile, signature, graph, lowered, source)
     return NativeBuild(result, time.perf_counter() - start, profile, signature, graph)

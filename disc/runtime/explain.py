@@ -1,6 +1,6 @@
 """Built programs explained for ``disc.explain``: what the native CPU program and the Triton GPU
 program run per call (kernels and their speculation versions, library calls) and where their
-memory goes. Reads a build (``runtime/native_build.py``, ``runtime/triton_runtime.py``) and, for a
+memory goes. Reads a build (``codegen/cpu/build.py``, ``runtime/triton_runtime.py``) and, for a
 profiling build, its counters; the code generators know nothing of it."""
 
 from __future__ import annotations

@@ -20,6 +20,12 @@ from typing import Any
 
 import torch
 
+# The build is the code generator's (codegen/cpu/build.py, torch-free); these names are re-exported
+# for the callers that build and run here.
+from disc.codegen.cpu.build import NativeBuild as NativeBuild
+from disc.codegen.cpu.build import NativeSignature as NativeSignature
+from disc.codegen.cpu.build import build_native as build_native
+from disc.codegen.cpu.build import build_options as build_options
 from disc.codegen.cpu.kernel import MAX_VERSIONS
 from disc.codegen.cpu.ops import PRELUDE
 from disc.codegen.cpu.signature import signature_text
@@ -28,12 +34,6 @@ from disc.codegen.lowering import resolve_outputs, workspace_bytes
 from disc.errors import ShapeError
 from disc.ir.graph import Graph
 from disc.ir.types import DTYPES
-
-# The build itself is torch-free (native_build.py); these names are re-exported for the callers that run it here.
-from disc.runtime.native_build import NativeBuild as NativeBuild
-from disc.runtime.native_build import NativeSignature as NativeSignature
-from disc.runtime.native_build import build_native as build_native
-from disc.runtime.native_build import build_options as build_options
 from disc.runtime.reference import ExecutionProfile
 
 

@@ -290,10 +290,10 @@ def compile(
 
 def _native_program(graph: Any, backend: str | None) -> tuple[Any, Any]:
     """Without PyTorch: the optimised graph and its native CPU program, or a CompileError saying what it lacks."""
+    from disc.codegen.cpu.build import build_native
     from disc.codegen.lowering import Unsupported
     from disc.passes.pipeline import run_pipeline
     from disc.report import BackendChoice
-    from disc.runtime.native_build import build_native
 
     backend = backend or os.environ.get("DISC_BACKEND", "auto")
     if backend not in ("auto", "native"):

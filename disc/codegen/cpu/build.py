@@ -3,7 +3,8 @@
 ``build_native`` lowers, generates and compiles a graph; ``NativeBuild`` is the result (or a saved
 program's library, opened with no compiler), and ``NativeSignature`` what a host needs to call it.
 The executor that runs a build on torch tensors is ``runtime/native.py``; the standalone runtime
-(``disc_runtime``) runs the same build on numpy arrays through ``interface.txt``.
+(``disc_runtime``) runs the same build on numpy arrays through ``interface.txt``
+(``runtime/interface.py`` reads a signature back from it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from disc.codegen.cpu.program import NativeSource, build_options, native_source
 from disc.codegen.cpu.toolchain import BuildResult, build
 from disc.codegen.lowering import LoweredProgram
 from disc.ir.graph import Graph
-from disc.runtime.interface import LOWERED_KIND, ProgramInterface
 
 __all__ = ["NativeBuild", "NativeSignature", "build_native", "build_options", "native_source"]
 
@@ -39,10 +39,6 @@ class NativeSignature:
         buffers = tuple((o.tensor_type.dtype, len(o.shape)) for o in lowered.output_buffers)
         return NativeSignature(tuple(source.constants), buffers, tuple(lowered.outputs), source.data_dependent)
 
-    @staticmethod
-    def of_interface(iface: ProgramInterface) -> NativeSignature:
-        outputs = tuple((LOWERED_KIND[o.kind], o.where) for o in iface.outputs)
-        return NativeSignature(tuple(iface.arguments), tuple(iface.buffers), outputs, iface.data_dependent)
 
 
 class NativeBuild:
