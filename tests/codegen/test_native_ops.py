@@ -286,3 +286,63 @@ def test_the_ops_a_backend_cannot_hold_are_declared_and_refused_together():
     got = executor.run([x, v, k])
     torch.testing.assert_close(got[0], torch.cumsum(x, 1).exp())
     torch.testing.assert_close(got[1], torch.nn.functional.conv3d(v, k), rtol=1e-5, atol=1e-5)
+
+
+class _Lookups(torch.nn.Module):
+    """Every way a model reads at positions taken from data: an embedding, index_select, gather,
+    ``x[i]`` (negatives count from the end) and ``x[i, j]``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(6, 3)
+
+    def forward(self, x: torch.Tensor, i: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.emb(i), torch.index_select(x, 1, i), torch.gather(x, 1, g), x[i], x[i, i]
+
+
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_an_index_out_of_range_is_an_error_as_in_eager_never_a_read(backend: str) -> None:
+    """Out of range, eager raises; the program must raise too, not read another row (a wrong
+    answer) or outside the buffer (a crash, once: SIGSEGV at index 10^8)."""
+    torch.manual_seed(0)
+    model = _Lookups().eval()
+    x = torch.randn(6, 6)
+    cm = disc.compile(model, (x, torch.tensor([0, 1]), torch.zeros(6, 2, dtype=torch.long)), dynamic={"i": {0: "n"}, "g": {1: "k"}}, backend=backend)
+    if backend == "auto":
+        assert cm.report.backend.name == "native-cpu", cm.report.backend.reason
+    ok = torch.zeros(6, 1, dtype=torch.long)
+    cases = [
+        (torch.tensor([5]), ok),
+        (torch.tensor([0, 2, 5]), torch.full((6, 3), 5)),
+        (torch.tensor([6]), ok),
+        (torch.tensor([-1]), ok),  # the embedding and index_select refuse it; x[-1] alone would not
+        (torch.tensor([10**8]), ok),
+        (torch.tensor([1]), torch.full((6, 1), -1)),
+        (torch.tensor([1]), torch.full((6, 1), 6)),
+    ]
+    for i, g in cases:
+        try:
+            with torch.no_grad():
+                want = model(x, i, g)
+        except (IndexError, RuntimeError):
+            with pytest.raises((IndexError, RuntimeError), match="(?i)index"):
+                cm(x, i, g)
+            continue
+        for w, got in zip(want, cm(x, i, g)):
+            assert torch.equal(w, got)
+
+
+def test_negative_positions_count_from_the_end_only_where_eager_counts_them():
+    class Rows(torch.nn.Module):
+        def forward(self, x: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x[i], x[i, j]
+
+    x = torch.arange(12.0).view(3, 4)
+    cm = disc.compile(Rows(), (x, torch.tensor([0, 1]), torch.tensor([1, 2])), dynamic={"i": {0: "n"}, "j": {0: "n"}})
+    assert cm.report.backend.name == "native-cpu"
+    for i, j in [([-1, 0], [-4, 3]), ([2], [-1])]:
+        i, j = torch.tensor(i), torch.tensor(j)
+        for w, got in zip(Rows()(x, i, j), cm(x, i, j)):
+            assert torch.equal(w, got)
+    with pytest.raises(RuntimeError, match="IndexError"):
+        cm(x, torch.tensor([0]), torch.tensor([4]))  # x[0, 4] of a 3x4 x: eager raises; its flat position 4 is x[1, 0]

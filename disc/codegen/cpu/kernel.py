@@ -312,23 +312,28 @@ class _Emitter(IndexEmitter):
         return self.value(x, self._operand_idx(x, dims))
 
     def _op_index_select(self, n: Node, idx: Idx) -> str:
-        x, index = n.inputs
+        index = n.inputs[1]
         axis = n.attrs["axis"] % len(n.shape)
         dims = list(self.dims_of(idx))
         i = self.value(index, Idx(self.shape(index), (dims[axis],)))
-        size = self.dim(x.shape[axis])
-        # Negative indices count from the end, as in torch.index_select's callers (embedding never has them).
-        dims[axis] = self.let("int64_t", f"{i} < 0 ? {i} + {size} : int64_t({i})", "g")
-        return self.value(x, self._operand_idx(x, dims))
+        return self._gathered(n, dims, axis, i)
 
     def _op_gather(self, n: Node, idx: Idx) -> str:
-        x, index = n.inputs
+        index = n.inputs[1]
         axis = n.attrs["axis"] % len(n.shape)
         dims = list(self.dims_of(idx))
         i = self.value(index, Idx(self.shape(index), tuple(dims)))
-        size = self.dim(x.shape[axis])
-        dims[axis] = self.let("int64_t", f"{i} < 0 ? {i} + {size} : int64_t({i})", "g")
-        return self.value(x, self._operand_idx(x, dims))
+        return self._gathered(n, dims, axis, i)
+
+    def _gathered(self, n: Node, dims: list[str], axis: int, i: str) -> str:
+        """``x`` at ``dims`` with the ``axis`` position taken from index value ``i``, checked: an
+        index out of range (negative ones count from the end under ``wrap_negative``) faults, an
+        IndexError for the call, and reads nothing."""
+        x = n.inputs[0]
+        wrap = "true" if n.attrs["wrap_negative"] else "false"
+        dims[axis] = self.let("int64_t", f"disc_checked_index(int64_t({i}), {self.dim(x.shape[axis])}, {wrap}, s.fault)", "g")
+        load = lambda: self.value(x, self._operand_idx(x, dims))  # noqa: E731
+        return self._branch(C_TYPES[n.dtype], [(f"{dims[axis]} >= 0", load), (None, lambda: f"{C_TYPES[n.dtype]}(0)")])
 
     def _branch(self, ctype: str, cases: list[tuple[str | None, object]]) -> str:
         """``if (cond) {...} else if ...``: each case computes its value in its own scope (no out-of-range loads)."""

@@ -324,6 +324,15 @@ template <class T> static inline T disc_int_remainder(T a, T b, int32_t* fault) 
   const T r = disc_int_fmod(a, b, fault);
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+// An index read from data (gather, index_select): with `wrap` a negative one counts from the end;
+// out of range it records a fault the call reports as an IndexError and gives -1, so the kernel
+// reads nothing (eager raises; reading there would return garbage or kill the process).
+static inline int64_t disc_checked_index(int64_t i, int64_t size, bool wrap, int32_t* fault) {
+  const int64_t j = wrap && i < 0 ? i + size : i;
+  if (j >= 0 && j < size) return j;
+  __atomic_store_n(fault, 2, __ATOMIC_RELAXED);
+  return -1;
+}
 // b = 0 gives 0: the program's check that the divisor is positive then reports the error
 // (computing a symbol precedes checking it), where a hardware division would kill the process.
 static inline int64_t disc_floordiv_i(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }

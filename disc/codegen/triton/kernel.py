@@ -315,10 +315,11 @@ class _Emitter(IndexEmitter):
         return self.value(x, self._operand_idx(x, dims))
 
     def _gathered(self, n: Node, dims: list[str], axis: int, i: str) -> str:
-        """``x`` at ``dims`` with the ``axis`` index taken from ``i`` (negative counts from the end; out of range reads nothing)."""
+        """``x`` at ``dims`` with the ``axis`` index taken from ``i`` (negative counts from the end
+        under ``wrap_negative``; out of range reads nothing: the GPU program reports no IndexError yet)."""
         x = n.inputs[0]
         size = self.dim(x.shape[axis])
-        g = self.let(f"tl.where({i} < 0, {i} + {size}, {i})", "g")
+        g = self.let(f"tl.where({i} < 0, {i} + {size}, {i})", "g") if n.attrs["wrap_negative"] else i
         dims[axis] = g
         self.push(self.let(f"{self.masks[-1]} & ({g} >= 0) & ({g} < {size})", "m"))
         v = self.value(x, self._operand_idx(x, dims))

@@ -482,7 +482,7 @@ def _gather(imp: OnnxImporter, node: Any, x: Any, indices: Any, axis: int = 0) -
         return reshape(imp, picked, [d for j, d in enumerate(data.shape) if j != axis])
     index = imp.tensor(indices)
     flat = reshape(imp, index, [product(index.shape)])
-    rows = imp.graph.add("index_select", (data, flat), {"axis": axis})
+    rows = imp.graph.add("index_select", (data, flat), {"axis": axis, "wrap_negative": True})  # ONNX: [-size, size)
     return reshape(imp, rows, [*data.shape[:axis], *index.shape, *data.shape[axis + 1 :]])
 
 

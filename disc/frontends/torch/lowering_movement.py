@@ -293,7 +293,7 @@ def _index(ctx: Importer, fx_node, x: Node, indices: Sequence[Any]) -> Node:
     if idx.dtype == "i1":
         return _mask_select(ctx, fx_node, x, axis, idx)
     flat = reshape(ctx, idx, [idx.tensor_type.numel()])
-    picked = ctx.graph.add("index_select", (x, flat), {"axis": axis})
+    picked = ctx.graph.add("index_select", (x, flat), {"axis": axis, "wrap_negative": True})  # x[-1] is x's last row
     shape = [*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :]]
     return reshape(ctx, picked, shape)
 
@@ -326,13 +326,19 @@ def _flat_positions(ctx: Importer, idx: list[Node], covered: Sequence[DimLike]) 
     as a 1-d i64 tensor, and the broadcast shape. Negative indices count from the end, as in eager."""
     shape = broadcast_shapes(ctx, [t.shape for t in idx])
     flat: Node | None = None
+    outside: Node | None = None  # a tuple with an index out of its dim's range
     for j, (t, size) in enumerate(zip(idx, covered)):
         t = convert(ctx, t, "i64")
         t = select(ctx, elementwise(ctx, "lt", [t, 0], "i64"), elementwise(ctx, "add", [t, _dim_tensor(ctx, size)], "i64"), t, "i64")
+        bad = elementwise(ctx, "logical_or", [elementwise(ctx, "lt", [t, 0], "i64"), elementwise(ctx, "ge", [t, _dim_tensor(ctx, size)], "i64")], "i1")
+        outside = bad if outside is None else elementwise(ctx, "logical_or", [outside, bad], "i1")
         stride = simplify_dim(product(covered[j + 1 :]))
         term = t if as_expr(stride) == as_expr(1) else elementwise(ctx, "mul", [t, _dim_tensor(ctx, stride)], "i64")
         flat = term if flat is None else elementwise(ctx, "add", [flat, term], "i64")
-    assert flat is not None
+    assert flat is not None and outside is not None
+    # Such a tuple's flat position could land inside the rows (x[0, 5] of a 3x4 x is x[1, 1]): it
+    # becomes -1, which the gather (negatives not wrapped) refuses with an IndexError, as eager does.
+    flat = select(ctx, outside, -1, flat, "i64")
     return reshape(ctx, broadcast_to(ctx, flat, shape), [product(shape)]), shape
 
 

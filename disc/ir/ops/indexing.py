@@ -170,10 +170,17 @@ def _gather_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, A
     return index.shape
 
 
-@register("gather", "x index", attrs={"axis": REQUIRED}, dtype=same_dtype_as(0), shape=_gather_rule, category=MOVEMENT)
-def gather(x: torch.Tensor, index: torch.Tensor, *, axis: int) -> torch.Tensor:
-    """``out[i][j] = x[index[i][j]][j]`` for axis 0 (torch.gather); result has index's shape."""
-    return torch.gather(x, axis, index)
+def _wrapped(index: torch.Tensor, size: int, wrap_negative: bool) -> torch.Tensor:
+    return torch.where(index < 0, index + size, index) if wrap_negative else index
+
+
+@register("gather", "x index", attrs={"axis": REQUIRED, "wrap_negative": False}, dtype=same_dtype_as(0), shape=_gather_rule, category=MOVEMENT)
+def gather(x: torch.Tensor, index: torch.Tensor, *, axis: int, wrap_negative: bool) -> torch.Tensor:
+    """``out[i][j] = x[index[i][j]][j]`` for axis 0 (torch.gather); result has index's shape.
+
+    An index outside ``[0, size)`` is an error, as in torch.gather; with ``wrap_negative`` one in
+    ``[-size, 0)`` counts from the end (ONNX's GatherElements)."""
+    return torch.gather(x, axis, _wrapped(index, x.shape[axis], wrap_negative))
 
 
 def _index_select_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str, Any]):
@@ -188,10 +195,15 @@ def _index_select_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[
     return tuple(out)
 
 
-@register("index_select", "x index", attrs={"axis": REQUIRED}, dtype=same_dtype_as(0), shape=_index_select_rule, category=MOVEMENT)
-def index_select(x: torch.Tensor, index: torch.Tensor, *, axis: int) -> torch.Tensor:
-    """Pick the entries ``index`` (1-D) of ``axis``: embedding lookups, ``x[:, idx]``."""
-    return torch.index_select(x, axis, index)
+@register(
+    "index_select", "x index", attrs={"axis": REQUIRED, "wrap_negative": False}, dtype=same_dtype_as(0), shape=_index_select_rule, category=MOVEMENT
+)
+def index_select(x: torch.Tensor, index: torch.Tensor, *, axis: int, wrap_negative: bool) -> torch.Tensor:
+    """Pick the entries ``index`` (1-D) of ``axis``: embedding lookups, ``x[:, idx]``.
+
+    An index outside ``[0, size)`` is an error (torch.index_select, embedding); with
+    ``wrap_negative`` one in ``[-size, 0)`` counts from the end (``x[idx]``, ONNX's Gather)."""
+    return torch.index_select(x, axis, _wrapped(index, x.shape[axis], wrap_negative))
 
 
 def _scatter_dtype(types: Sequence[Type], attrs: Mapping[str, Any]) -> str:
