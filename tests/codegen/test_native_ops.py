@@ -346,3 +346,23 @@ def test_negative_positions_count_from_the_end_only_where_eager_counts_them():
             assert torch.equal(w, got)
     with pytest.raises(RuntimeError, match="IndexError"):
         cm(x, torch.tensor([0]), torch.tensor([4]))  # x[0, 4] of a 3x4 x: eager raises; its flat position 4 is x[1, 0]
+
+
+@pytest.mark.parametrize("kind", ["argmax", "argmin"])
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+def test_the_last_extreme_when_asked_as_eager_on_the_flipped_axis(kind: str, dtype: str) -> None:
+    """ONNX's select_last_index: the last of equal extremes (the last NaN) wins; the native loop
+    against torch's arg-reduction of the flipped axis."""
+    from kernel_cases import ties_and_nans
+
+    graph = parse_graph(f"func @last(%x: {dtype}[a, b]) {{\n  sym a in [1, inf]\n  sym b in [1, inf]\n  return %x\n}}")
+    graph.outputs = [graph.add("argreduce", [graph.inputs[0]], {"axis": 1, "kind": kind, "last": True})]
+    ex = NativeExecutor(graph, build_native(graph))
+    fn = torch.argmax if kind == "argmax" else torch.argmin
+    torch.manual_seed(1)
+    for shape in [(1, 1), (3, 1), (4, 7), (5, 33)]:
+        x = ties_and_nans(*shape)
+        if dtype == "i32":
+            x = torch.nan_to_num(x, nan=2.0, neginf=-3.0).to(torch.int32)
+        want = shape[1] - 1 - fn(torch.flip(x, (1,)), dim=1)
+        assert torch.equal(ex.run([x])[0], want), (shape, x)

@@ -382,10 +382,10 @@ class _Emitter(IndexEmitter):
         return self._branch(C_TYPES[n.dtype], [(" && ".join(conds), lambda: self.value(x, self._operand_idx(x, local))), (None, lambda: fill)])
 
     def _op_argreduce(self, n: Node, idx: Idx) -> str:
-        """The index of the first largest (smallest) element along the axis, by a loop per output
-        element (argreduce fuses with nothing: its kernel is this loop). A NaN is larger and smaller
-        than anything, and the first NaN wins, as in torch.argmax; an empty axis is refused by the
-        op's shape rule before the program runs."""
+        """The index of the first (``last``: the last) largest (smallest) element along the axis, by
+        a loop per output element (argreduce fuses with nothing: its kernel is this loop). A NaN is
+        larger and smaller than anything, and the first (last) NaN wins, as in torch.argmax (of the
+        flipped axis); an empty axis is refused by the op's shape rule before the program runs."""
         x = n.inputs[0]
         axis = n.attrs["axis"] % len(x.shape)
         out = list(self.dims_of(idx))
@@ -398,8 +398,11 @@ class _Emitter(IndexEmitter):
         self.scopes.append({})
         dims = [*out[:axis], k, *out[axis + (1 if n.attrs["keepdim"] else 0) :]]
         v = self.let(t, self.value(x, self._operand_idx(x, dims)), "e")
-        beats = f"{v} > {best}" if n.attrs["kind"] == "argmax" else f"{v} < {best}"
-        if x.dtype in FLOATS:  # once best is NaN nothing replaces it; a NaN replaces any number
+        last = n.attrs["last"]  # ties go to the later element
+        beats = f"{v} {'>' if n.attrs['kind'] == 'argmax' else '<'}{'=' if last else ''} {best}"
+        if x.dtype in FLOATS and last:  # a NaN replaces anything, an earlier NaN included; numbers never replace one
+            beats = f"({v} != {v} || ({best} == {best} && {beats}))"
+        elif x.dtype in FLOATS:  # once best is NaN nothing replaces it; a NaN replaces any number
             beats = f"({best} == {best} && ({v} != {v} || {beats}))"
         self.w(f"if ({at} < 0 || {beats}) {{ {best} = {v}; {at} = {k}; }}")
         self.scopes.pop()

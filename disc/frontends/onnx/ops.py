@@ -486,6 +486,13 @@ def _gather(imp: OnnxImporter, node: Any, x: Any, indices: Any, axis: int = 0) -
     return reshape(imp, rows, [*data.shape[:axis], *index.shape, *data.shape[axis + 1 :]])
 
 
+@onnx_op("GatherElements")
+def _gather_elements(imp: OnnxImporter, node: Any, x: Any, indices: Any, axis: int = 0) -> Node:
+    data, index = imp.tensor(x), imp.tensor(indices)
+    axis = normalize_axis(axis, data.tensor_type.rank, "GatherElements")
+    return imp.graph.add("gather", (data, index), {"axis": axis, "wrap_negative": True})
+
+
 @onnx_op("Concat")
 def _concat(imp: OnnxImporter, node: Any, *parts: Any, axis: int = 0) -> Any:
     if any(isinstance(p, (ShapeValue, DimValue)) for p in parts) and all(isinstance(p, (ShapeValue, DimValue, np.ndarray)) for p in parts):
@@ -724,11 +731,9 @@ def _tile(imp: OnnxImporter, node: Any, x: Any, repeats: Any) -> Node:
 
 @onnx_op("ArgMax", "ArgMin")
 def _argreduce(imp: OnnxImporter, node: Any, x: Any, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Node:
-    if select_last_index:
-        raise LoweringError(f"{node.op_type} with select_last_index=1")
     x = imp.tensor(x)
     axis = normalize_axis(axis, x.tensor_type.rank, node.op_type)
-    return imp.graph.add("argreduce", (x,), {"axis": axis, "kind": node.op_type.lower(), "keepdim": bool(keepdims)})
+    return imp.graph.add("argreduce", (x,), {"axis": axis, "kind": node.op_type.lower(), "keepdim": bool(keepdims), "last": bool(select_last_index)})
 
 
 @onnx_op("Trilu")

@@ -89,15 +89,18 @@ def _argreduce_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str
 @register(
     "argreduce",
     "x",
-    attrs={"axis": REQUIRED, "kind": "argmax", "keepdim": False},
+    attrs={"axis": REQUIRED, "kind": "argmax", "keepdim": False, "last": False},
     dtype=fixed_dtype("i64"),
     shape=_argreduce_rule,
     category=REDUCTION,
 )
-def argreduce(x: torch.Tensor, *, axis: int, kind: str, keepdim: bool) -> torch.Tensor:
-    """Index (i64) of the first max / min along ``axis``. An empty axis is an error, as in torch."""
+def argreduce(x: torch.Tensor, *, axis: int, kind: str, keepdim: bool, last: bool) -> torch.Tensor:
+    """Index (i64) of the first (``last``: the last) max / min along ``axis``; a NaN is larger and
+    smaller than any number. An empty axis is an error, as in torch."""
     fn = torch.argmax if kind == "argmax" else torch.argmin
-    return fn(x, dim=axis, keepdim=keepdim)
+    if not last:
+        return fn(x, dim=axis, keepdim=keepdim)
+    return x.shape[axis] - 1 - fn(torch.flip(x, (axis,)), dim=axis, keepdim=keepdim)
 
 
 # -- convolution ---------------------------------------------------------------------------------
