@@ -113,8 +113,8 @@ WITHOUT_TORCH = """
 ## Without PyTorch
 
 The same cases in a process where `import torch` fails (`--without-torch`): each model compiles to
-the native CPU program and runs through `disc_runtime` (`test_onnx_without_torch.py` holds CI to
-no wrong answer, no crash and these ok counts). A case that passes only with PyTorch uses an op
+the native CPU program and runs through `disc_runtime` (`test_onnx_conformance.py` holds CI to
+no wrong answer, no crash, and every case that passes with PyTorch passing here too unless it is refused as below). A case that passes only with PyTorch uses an op
 the native program cannot hold; with PyTorch that op runs in PyTorch between compiled segments,
 without it the model is refused with a `CompileError` naming the op.
 
