@@ -48,14 +48,10 @@ import torch.utils._pytree as pytree
 from disc.errors import CompileError, DiscError
 from disc.ir.parser import IRParseError, parse_graph
 from disc.ir.types import DTYPES, dtype_of_torch
-from disc.runtime.interface import InterfaceError, ProgramInterface, parse_interface
-from disc.runtime.program_files import FORMAT, FolderExists, RawConstant, constant_order, digest, packed_offsets, write_program
+from disc.runtime.interface import LOWERED_KIND, InterfaceError, ProgramInterface, parse_interface
+from disc.runtime.program_files import FORMAT, ArtifactError, RawConstant, constant_order, digest, packed_offsets, write_program
 
 logger = logging.getLogger("disc")
-
-
-class ArtifactError(DiscError):
-    """A saved program cannot be written or read (the message names the file and the reason)."""
 
 
 def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str] | None = None, external_digests: Mapping[str, str] | None = None) -> Path:
@@ -91,21 +87,18 @@ def save(compiled: Any, folder: str | os.PathLike, *, external: Mapping[str, str
     if needs and not external:  # a program-cache entry is not the user's save: nothing to say
         warnings.warn(f"disc.save: {report.name} cannot run without PyTorch (disc_runtime, disc-run, the C API): it needs {'; '.join(needs)}", stacklevel=2)
     native = report.backend.native if report.backend is not None else None
-    try:
-        return write_program(
-            folder,
-            name=report.name,
-            graph=graph,
-            input_names=compiled.input_names,
-            constants={k: _raw(graph.constants[k]) for k in constant_order(graph) if k not in external},
-            backend=report.backend.name if report.backend is not None else "reference",
-            native=native,
-            ral_library=compiled.executor.ral.path if native is not None else None,
-            needs=needs,
-            manifest_extra=extra,
-        )
-    except FolderExists as e:
-        raise ArtifactError(str(e)) from None
+    return write_program(
+        folder,
+        name=report.name,
+        graph=graph,
+        input_names=compiled.input_names,
+        constants={k: _raw(graph.constants[k]) for k in constant_order(graph) if k not in external},
+        backend=report.backend.name if report.backend is not None else "reference",
+        native=native,
+        ral_library=compiled.executor.ral.path if native is not None else None,
+        needs=needs,
+        manifest_extra=extra,
+    )
 
 
 def _raw(t: torch.Tensor) -> RawConstant:
@@ -266,9 +259,8 @@ def _native_build(folder: Path, manifest: dict, graph: Any, verify: bool) -> Any
     """The native program saved in ``folder``: its library where it was built for this CPU and RAL,
     else built again from the saved C++. Reads ``interface.txt`` for how to call it; lowers the
     IR only under ``verify``."""
-    from disc.codegen.cpu.build import NativeBuild, build_options, native_source
+    from disc.codegen.cpu.build import NativeBuild, NativeSignature, build_options, native_source
     from disc.codegen.cpu.toolchain import BuildResult, build, host_digest
-    from disc.runtime.interface import native_signature
     from disc.runtime.ral import ABI_VERSION
 
     start = time.perf_counter()
@@ -298,7 +290,8 @@ def _native_build(folder: Path, manifest: dict, graph: Any, verify: bool) -> Any
             if fits:
                 raise ArtifactError(f"{_damaged(library)}, and it cannot be built again here: {e}") from e
             raise ArtifactError(f"saved program {folder}: program.so was built for another CPU or RAL, and it cannot be built here: {e}") from e
-    signature = native_signature(iface)
+    outputs = tuple((LOWERED_KIND[o.kind], o.where) for o in iface.outputs)
+    signature = NativeSignature(tuple(iface.arguments), tuple(iface.buffers), outputs, iface.data_dependent)
     if verify:
         return NativeBuild(result, time.perf_counter() - start, profile, signature, graph, lowered, source)
     return NativeBuild(result, time.perf_counter() - start, profile, signature, graph)

@@ -31,10 +31,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from disc.codegen.cpu.build import NativeSignature
 
 MAGIC = "disc-program-interface"
 VERSION = 1
@@ -278,11 +274,3 @@ def _check(iface: ProgramInterface, where: str) -> None:
         need(src.dtype == o.spec.dtype and src.rank == o.spec.rank, f"output {k} is not the dtype and rank of what it passes on")
     for b, (_, rank) in enumerate(iface.buffers):
         need(rank <= 16, f"buffer {b} has rank {rank}, more than 16")
-
-
-def native_signature(iface: ProgramInterface) -> NativeSignature:
-    """How to call the library ``iface`` describes, as its build would say (``NativeBuild.signature``)."""
-    from disc.codegen.cpu.build import NativeSignature  # noqa: F811 (at run time; the annotation's is for type checkers)
-
-    outputs = tuple((LOWERED_KIND[o.kind], o.where) for o in iface.outputs)
-    return NativeSignature(tuple(iface.arguments), tuple(iface.buffers), outputs, iface.data_dependent)

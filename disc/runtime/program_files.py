@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from disc.errors import DiscError
 from disc.ir.graph import Graph
 from disc.ir.types import dtype_of_numpy
 from disc.runtime.interface import LOWERED_KIND, Constant, Output, ProgramInterface, Symbol, TensorSpec, dim_text
@@ -121,8 +122,8 @@ def program_interface(name: str, graph: Graph, input_names: Sequence[str], const
     return iface
 
 
-class FolderExists(Exception):
-    """The target exists and is not a saved program: it is never replaced."""
+class ArtifactError(DiscError):
+    """A saved program cannot be written or read (the message names the file and the reason)."""
 
 
 def write_program(
@@ -168,7 +169,9 @@ def write_program(
 
             library = native.build.path.read_bytes()
             source_text = native.source_text()
-            ral = Path(ral_library).read_bytes() if ral_library is not None else b""
+            if ral_library is None:
+                raise ValueError("write_program: a native program needs ral_library, the RAL it was built against")
+            ral = Path(ral_library).read_bytes()
             for fname, data in (("program.cc", source_text.encode()), ("program.so", library), ("ral.so", ral)):
                 (tmp / fname).write_bytes(data)
                 manifest["files"][fname] = digest(data)
@@ -179,7 +182,7 @@ def write_program(
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         if folder.exists():
             if not (folder / "manifest.json").is_file():
-                raise FolderExists(f"{folder} exists and is not a saved disc program; not replacing it")
+                raise ArtifactError(f"{folder} exists and is not a saved disc program; not replacing it")
             shutil.rmtree(folder)
         os.replace(tmp, folder)
     finally:

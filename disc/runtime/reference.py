@@ -145,6 +145,14 @@ def on_device(fn: Callable[..., Any], device: torch.device) -> Callable[..., Any
     return moved
 
 
+def torch_call(n: Node, fallbacks: Mapping[str, Any]) -> Any:
+    """The PyTorch call a ``host_call`` node names in the frontend's table; these executors run
+    PyTorch's calls only, so another framework's is refused by name."""
+    if n.attrs["host"] != "torch":
+        raise CompileError(f"%{n.name} is a host_call for {n.attrs['host']!r}; disc's executors run PyTorch's")
+    return fallbacks[n.attrs["call"]]
+
+
 class ReferenceExecutor:
     """Runs a graph with torch ops. ``fallbacks`` resolves ``host_call`` calls; ``device``
     is where the inputs are (the constants move there once, here)."""
@@ -178,9 +186,7 @@ class ReferenceExecutor:
             if n.constant_ref is not None:
                 attrs["ref"] = self.graph.constants[n.constant_ref].to(self.device)
             if n.op == "host_call":
-                if attrs["host"] != "torch":
-                    raise CompileError(f"%{n.name} is a host_call for {attrs['host']!r}; the reference executor runs PyTorch's")
-                attrs = {"call": self.fallbacks[attrs["call"]], "results": None}  # a fresh dict per run
+                attrs = {"call": torch_call(n, self.fallbacks), "results": None}  # a fresh dict per run
             elif self.device.type != "cpu":
                 fn = on_device(fn, self.device)
             # Values dead after this step are dropped to keep peak memory near eager's.

@@ -37,11 +37,10 @@ from typing import Any
 import torch
 
 from disc.codegen.lowering import Unsupported
-from disc.errors import CompileError
 from disc.ir.graph import Graph, Node
 from disc.ir.registry import get_spec
 from disc.ir.types import IndexType
-from disc.runtime.reference import ExecutionProfile, ShapeProgram, build_shape_program, on_device
+from disc.runtime.reference import ExecutionProfile, ShapeProgram, build_shape_program, on_device, torch_call
 
 
 def _is_free(n: Node) -> bool:
@@ -266,9 +265,7 @@ def _host_call(n: Node, fallbacks: Mapping[str, Any], device: torch.device | Non
     reference semantics (whose tensors built from sizes alone move to the program's device)."""
     spec = get_spec(n.op)
     if n.op == "host_call":
-        if n.attrs["host"] != "torch":
-            raise CompileError(f"%{n.name} is a host_call for {n.attrs['host']!r}; this executor runs PyTorch's")
-        call = fallbacks[n.attrs["call"]]
+        call = torch_call(n, fallbacks)
         return lambda operands, results: spec.reference(*operands, call=call, results=results)
     attrs = dict(n.attrs)
     fn = spec.reference if device is None or device.type == "cpu" else on_device(spec.reference, device)

@@ -4,7 +4,7 @@
 program's library, opened with no compiler), and ``NativeSignature`` what a host needs to call it.
 The executor that runs a build on torch tensors is ``runtime/native.py``; the standalone runtime
 (``disc_runtime``) runs the same build on numpy arrays through ``interface.txt``
-(``runtime/interface.py`` reads a signature back from it).
+(``runtime/artifact.py`` reads a signature back from it).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ class NativeSignature:
     def of(lowered: LoweredProgram, source: NativeSource) -> NativeSignature:
         buffers = tuple((o.tensor_type.dtype, len(o.shape)) for o in lowered.output_buffers)
         return NativeSignature(tuple(source.constants), buffers, tuple(lowered.outputs), source.data_dependent)
-
 
 
 class NativeBuild:

@@ -509,7 +509,7 @@ class _Emitter(IndexEmitter):
         return var
 
 
-def has_kernel_form(n: Node) -> str | None:
+def kernel_form_refusal(n: Node) -> str | None:
     """Why a fused C++ kernel cannot compute ``n`` (None: it can): the forms ``_Emitter`` has,
     read by the CPU's declared support (``program.refusal``) before anything is lowered."""
     op = n.op

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from disc.codegen.cpu.cexpr import SymbolNames, c_product
-from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel, has_kernel_form
+from disc.codegen.cpu.kernel import MAX_VERSIONS, KernelSource, emit_kernel, kernel_form_refusal
 from disc.codegen.cpu.ops import PRELUDE, storage_type
 from disc.codegen.cpu.signature import signature_text
 from disc.codegen.cpu.toolchain import UNIT_MARKER
@@ -68,7 +68,7 @@ def refusal(n: Node) -> str | None:
         if n.op in CONV_CALLS and (n.attrs.get("transposed") or len(n.shape) != 4):
             return f"%{n.name}: only 2-D, non-transposed convolutions and their gradients have library calls"
         return None if n.op == "dot_general" or n.op in CONV_CALLS else f"%{n.name}: no library call for {n.op}"
-    return has_kernel_form(n) if kind == "memory_bound" else None
+    return kernel_form_refusal(n) if kind == "memory_bound" else None
 
 
 @dataclass

@@ -505,7 +505,7 @@ def _accumulator(r: Node) -> str:
     return f"tl.full([BLOCK_M, BLOCK_N], {reduce_init(r.attrs['kind'], r.dtype)}, {dtype})"
 
 
-def has_kernel_form(n: Node) -> str | None:
+def kernel_form_refusal(n: Node) -> str | None:
     """Why a fused Triton kernel cannot compute ``n`` (None: it can): the forms ``_Emitter`` has,
     read by the GPU's declared support (``program.refusal``) before anything is lowered."""
     op = n.op

@@ -32,7 +32,7 @@ from disc.codegen.lowering import (
     batch_parts,
     contiguous_strides,
 )
-from disc.codegen.triton.kernel import TritonKernel, emit_kernel, has_kernel_form
+from disc.codegen.triton.kernel import TritonKernel, emit_kernel, kernel_form_refusal
 from disc.ir.graph import Node
 from disc.ir.registry import kernel_kind
 from disc.ir.types import IndexType
@@ -50,7 +50,7 @@ def refusal(n: Node) -> str | None:
         if n.op in TORCH_CONV_CALLS and n.attrs.get("transposed"):
             return f"%{n.name}: transposed convolution has no library call"
         return None if n.op in ("dot_general", "attention") or n.op in TORCH_CONV_CALLS else f"%{n.name}: no library call for {n.op}"
-    return has_kernel_form(n) if kind == "memory_bound" else None
+    return kernel_form_refusal(n) if kind == "memory_bound" else None
 
 TORCH_DTYPES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64", "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8", "i1": "torch.bool"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
