@@ -73,6 +73,14 @@ class GraphBuilder:
                 if e not in self.index_cache and e.as_symbol():
                     self.index_cache[e] = self.graph.add("dim", (node,), {"axis": axis})
 
+    def index_op(self, op: str, a: DimLike, b: DimLike) -> Node:
+        """``op`` (``imin``, ``imax``, ...) of two index values; a fresh symbol it yields stays
+        computable from this node (a later reshape may name it)."""
+        node = self.graph.add(op, (self.index(a), self.index(b)))
+        e = self.graph.constraints.normalize(as_expr(node.type.value))
+        self.index_cache.setdefault(e, node)
+        return node
+
     def sizes(self, dims: Sequence[DimLike]) -> list[Node]:
         return [self.index(d) for d in dims]
 
@@ -109,8 +117,11 @@ def broadcast_shapes(ctx: GraphBuilder, shapes: Sequence[Sequence[DimLike]]) -> 
             if c.prove_is_one(chosen) or c.prove_equal(chosen, d):
                 chosen = d
                 continue
-            # Two dims neither provably equal nor provably 1: torch decided at
-            # trace time which one wins; the broadcast itself is checked at run time.
+            # Two dims neither provably equal nor provably 1: they must be equal, checked when
+            # the program runs. A dim that is 1 only at run time is refused there with a named
+            # error rather than broadcast: the kernels were built for equal dims, and reading
+            # them as equal when they are not would give a wrong answer.
+            c.assume_equal(chosen, d, f"broadcast: dim {i} of the operands ({chosen} and {d}) must be equal")
             if c.prove_not_one(d) and not c.prove_not_one(chosen):
                 chosen = d
         out.append(simplify_dim(chosen) if isinstance(chosen, SymExpr) else chosen)
@@ -189,3 +200,61 @@ def triangle(ctx: GraphBuilder, rows: DimLike, cols: DimLike, upper: bool, diago
     c2 = ctx.graph.add("broadcast_in_dim", (c, ctx.index(rows), ctx.index(cols)), {"dims": (1,)})
     diff = ctx.graph.add("sub", (c2, r2))  # col - row
     return elementwise(ctx, "ge" if upper else "le", [diff, diagonal], "i64")
+
+
+def einsum(ctx: GraphBuilder, equation: str, operands: Sequence[Node]) -> Node:
+    """``einsum(equation, *operands)`` for one or two operands, as transposes, sums and one GEMM.
+
+    Two operands become one batched matmul of canonical form, ``[batch, M, K] x [batch, K, N]``:
+    letters in both operands and the output are batch dims, letters in both but not the output
+    are contracted, the rest are each side's free dims (a letter in one operand only and not in
+    the output is summed first). No ellipsis, no repeated letter within an operand."""
+    if "..." in equation:
+        raise LoweringError(f"einsum {equation!r}: an ellipsis")
+    lhs, _, out = equation.replace(" ", "").partition("->")
+    subs = lhs.split(",")
+    if not out and "->" not in equation:
+        counts = {c: lhs.count(c) for c in lhs if c != ","}
+        out = "".join(sorted(c for c, k in counts.items() if k == 1))
+    if len(subs) != len(operands) or len(operands) not in (1, 2):
+        raise LoweringError(f"einsum {equation!r}: {len(operands)} operands (one or two are supported)")
+    for s, x in zip(subs, operands):
+        if len(set(s)) != len(s) or len(s) != x.tensor_type.rank:
+            raise LoweringError(f"einsum {equation!r}: subscripts {s!r} for an operand of rank {x.tensor_type.rank} (repeated letters are not supported)")
+    others = [set("".join(subs[:i] + subs[i + 1 :])) | set(out) for i in range(len(subs))]
+    parts = []
+    for s, x, keep in zip(subs, operands, others):
+        alone = [i for i, c in enumerate(s) if c not in keep]
+        if alone:  # a letter nobody else reads: summed away first
+            x = reduce(ctx, x, alone, "sum", False)
+            s = "".join(c for c in s if c in keep)
+        parts.append((s, x))
+    dims = {c: d for s, x in parts for c, d in zip(s, x.shape)}
+    if len(parts) == 1:
+        s, x = parts[0]
+        return _permuted(ctx, x, s, out)
+    (ls, a), (rs, b) = parts
+    batch = [c for c in ls if c in rs and c in out]
+    contract = [c for c in ls if c in rs and c not in out]
+    lfree = [c for c in ls if c not in rs]
+    rfree = [c for c in rs if c not in ls]
+    for c in batch + contract:
+        ctx.graph.constraints.assume_equal(a.shape[ls.index(c)], b.shape[rs.index(c)], f"einsum {equation!r}: both operands' dim {c!r}")
+    a = _permuted(ctx, a, ls, "".join(batch + lfree + contract))
+    b = _permuted(ctx, b, rs, "".join(batch + contract + rfree))
+    size = lambda letters: product(dims[c] for c in letters)
+    bdims = [dims[c] for c in batch]
+    a = reshape(ctx, a, [*bdims, size(lfree), size(contract)])
+    b = reshape(ctx, b, [*bdims, size(contract), size(rfree)])
+    nb = len(batch)
+    batch_axes = tuple(range(nb))
+    y = ctx.graph.add("dot_general", (a, b), {"lhs_batch": batch_axes, "rhs_batch": batch_axes, "lhs_contract": (nb + 1,), "rhs_contract": (nb,)})
+    y = reshape(ctx, y, [*bdims, *(dims[c] for c in lfree), *(dims[c] for c in rfree)])
+    return _permuted(ctx, y, "".join(batch + lfree + rfree), out)
+
+
+def _permuted(ctx: GraphBuilder, x: Node, have: str, want: str) -> Node:
+    if sorted(have) != sorted(want):
+        raise LoweringError(f"einsum: output subscripts {want!r} are not a permutation of {have!r}")
+    perm = tuple(have.index(c) for c in want)
+    return x if perm == tuple(range(len(perm))) else ctx.graph.add("transpose", (x,), {"perm": perm})

@@ -145,11 +145,18 @@ def on_device(fn: Callable[..., Any], device: torch.device) -> Callable[..., Any
     return moved
 
 
+# Hosts whose frontend hands these executors calls that take and return PyTorch tensors: PyTorch's
+# own ops, and TensorFlow's (frontends/tf/fallback.py converts at the call).
+EXECUTOR_HOSTS = ("torch", "tensorflow")
+
+
 def torch_call(n: Node, fallbacks: Mapping[str, Any]) -> Any:
-    """The PyTorch call a ``host_call`` node names in the frontend's table; these executors run
-    PyTorch's calls only, so another framework's is refused by name."""
-    if n.attrs["host"] != "torch":
-        raise CompileError(f"%{n.name} is a host_call for {n.attrs['host']!r}; disc's executors run PyTorch's")
+    """The call a ``host_call`` node names in the frontend's table, as one taking PyTorch tensors;
+    a host whose frontend gives no such calls is refused by name."""
+    if n.attrs["host"] not in EXECUTOR_HOSTS:
+        raise CompileError(f"%{n.name} is a host_call for {n.attrs['host']!r}; disc's executors run calls for {', '.join(EXECUTOR_HOSTS)}")
+    if n.attrs["call"] not in fallbacks:
+        raise CompileError(f"%{n.name} calls {n.attrs['target']} in {n.attrs['host']}, but the frontend gave no such call")
     return fallbacks[n.attrs["call"]]
 
 

@@ -92,8 +92,11 @@ def test_embed_in_docs_replaces_only_its_block(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_smoke_suite_runs_every_installed_system(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # Every adapter, once: the four inductor systems are one adapter with different options, and
+    # each costs a minute or more of compilation on 2 cores, so CI runs one of them.
+    chosen = [name for name in SYSTEMS if not name.startswith("inductor-") or name == "inductor-dynamic"]
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "run", "--suite", "smoke", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks", "run", "--suite", "smoke", "--systems", ",".join(chosen), "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -101,7 +104,7 @@ def test_smoke_suite_runs_every_installed_system(tmp_path: Path) -> None:
     assert (tmp_path / "results.md").read_text().startswith("## Suite `smoke`")
     (workload,) = results["workloads"]
     by_name = {s["system"]: s for s in workload["systems"]}
-    assert set(by_name) == set(SYSTEMS)
+    assert set(by_name) == set(chosen)
     for name, s in by_name.items():
         missing = SYSTEMS[name].missing()
         if missing:  # not installed: skipped with the reason, never a crash

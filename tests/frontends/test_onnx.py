@@ -129,6 +129,23 @@ def test_a_dim_param_named_twice_is_one_dim_and_a_mismatch_names_the_input():
         prog(x, np.ones((2, 5), np.int64), extra=x)
 
 
+def test_two_unknown_dims_that_broadcast_must_be_equal_at_run_time():
+    # x [n, 3] + y [m, 3]: n and m are different unknowns. The program is built for n == m; a call
+    # where they differ (one of them 1 included) is refused by name, never read past y's rows.
+    model = _model(
+        [helper.make_node("Add", ["x", "y"], ["z"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3]), helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 3])],
+        [],
+    )
+    prog = disc.onnx.compile(model)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(prog(x, 2 * x)[0], 3 * x)
+    for n, m in [(2, 5), (1, 5), (5, 2)]:
+        with pytest.raises(disc.ShapeError, match=f"input 'y' dim 0 is {m} but must equal input 'x' dim 0"):
+            prog(np.ones((n, 3), np.float32), np.ones((m, 3), np.float32))
+
+
 def test_dynamic_pins_or_renames_dims_and_checks_its_axes():
     model = encoder_layer()
     prog = disc.onnx.compile(model, dynamic={"x": {0: 2}, "mask": {0: 2}})

@@ -38,7 +38,7 @@ def test_the_onnx_frontend_tests_pass_without_torch() -> None:
     proc = _python(code, timeout=900)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "7 passed, 1 skipped" in summary, summary  # the skipped one gives torch tensors in
+    assert "8 passed, 1 skipped" in summary, summary  # the skipped one gives torch tensors in
 
 
 def test_a_program_compiled_without_torch_names_its_runtime_and_refuses_other_backends(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ assert sys.modules.get("torch") is None
     proc = _python(code, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "native-cpu _StandaloneRunner"
+    assert lines[0] == "native-cpu StandaloneRunner"
     assert lines[1] == "True"
     assert lines[2].startswith("refused: backend='reference' needs PyTorch, which is not installed here")
     manifest = json.loads((tmp_path / "enc" / "manifest.json").read_text())

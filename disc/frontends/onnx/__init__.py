@@ -19,16 +19,13 @@ PyTorch frontend's; where it is not, the native CPU program is built, written an
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from disc.errors import CompileError, InputError
+from disc.frontends.arrays import compile_array_graph
 from disc.frontends.onnx.importer import OnnxImporter, add_inputs
 from disc.frontends.onnx.ops import OPS
 from disc.ir.builder import LoweringError
@@ -115,33 +112,6 @@ def import_model(model: Any, dynamic: Mapping[str, Mapping[int, str | int]] | No
     return imp, inputs, outputs
 
 
-def _to_torch(a: np.ndarray) -> Any:
-    import torch
-
-    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx uses): the same bits
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
-def _to_numpy(t: Any) -> np.ndarray:
-    import torch
-
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes  # installed with onnx
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-def _has_torch() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class OnnxProgram:
     """A compiled ONNX model: call it with the graph's inputs (positional, in the graph's order,
     or by name), numpy arrays or torch tensors; returns the outputs in the graph's order, as
@@ -178,75 +148,6 @@ class OnnxProgram:
         return self.runner.save(folder)
 
 
-def _array(name: str, v: Any) -> np.ndarray:
-    try:
-        a = np.require(v, requirements=["C", "W"])  # a read-only array is copied: torch tensors are writable
-    except Exception as e:
-        raise InputError(f"input {name!r}: not an array ({type(v).__name__}: {e})") from None
-    if a.dtype == object:
-        raise InputError(f"input {name!r}: an array of Python objects, not numbers")
-    return a
-
-
-class _TorchRunner:
-    """Runs a ``CompiledModule`` (PyTorch installed): arrays become tensors without a copy."""
-
-    def __init__(self, compiled: Any) -> None:
-        self.compiled = compiled
-
-    def run(self, names: list[str], values: list[Any]) -> list[Any]:
-        import torch
-
-        as_torch = any(isinstance(v, torch.Tensor) for v in values)
-        tensors = [v if isinstance(v, torch.Tensor) else _to_torch(_array(name, v)) for name, v in zip(names, values)]
-        outs = self.compiled(*tensors)
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        return outs if as_torch else [_to_numpy(o) for o in outs]
-
-    def save(self, folder: str | os.PathLike) -> Path:
-        return self.compiled.save(folder)
-
-
-class _StandaloneRunner:
-    """Runs the native program through ``disc_runtime`` (no PyTorch): loaded from a folder written
-    once, which is removed again as soon as the runtime holds the library and the constants."""
-
-    def __init__(self, graph: Any, native: Any, input_names: list[str]) -> None:
-        import disc_runtime
-
-        self.graph, self.native, self.input_names = graph, native, input_names
-        scratch = Path(tempfile.mkdtemp(prefix="disc-onnx-"))
-        try:
-            self.model = disc_runtime.load(self.save(scratch / "program"))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        self._bf16 = [t.dtype == "bf16" for t in self.model.outputs]
-
-    def run(self, names: list[str], values: list[Any]) -> list[Any]:
-        outs = self.model.run(*[_array(name, v) for name, v in zip(names, values)])
-        if any(self._bf16):
-            import ml_dtypes  # installed with onnx
-
-            outs = [o.view(ml_dtypes.bfloat16) if bf16 else o for o, bf16 in zip(outs, self._bf16)]
-        return outs
-
-    def save(self, folder: str | os.PathLike) -> Path:
-        from disc.runtime.program_files import constant_order, raw_constant, write_program
-        from disc.runtime.ral_build import build_ral
-
-        g = self.graph
-        return write_program(
-            folder,
-            name=g.name,
-            graph=g,
-            input_names=self.input_names,
-            constants={k: raw_constant(g.constants[k]) for k in constant_order(g)},
-            backend="native-cpu",
-            native=self.native,
-            ral_library=build_ral().path,
-        )
-
-
 def compile(
     model: Any,
     dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
@@ -254,7 +155,6 @@ def compile(
     backend: str | None = None,
 ) -> OnnxProgram:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) once for every shape."""
-    from disc.report import CompileReport, record_report
     from disc.shape.user import apply_user_facts, parse_user_constraints
 
     start = time.perf_counter()
@@ -264,43 +164,5 @@ def compile(
     apply_user_facts(graph.constraints, facts, ranges)
     for name, (lo, hi) in ranges.items():
         graph.constraints.set_range(name, lo, hi)
-    with_torch = _has_torch()
-    if with_torch:
-        from disc.driver import compile_graph
-
-        # The executors hold tensors as PyTorch's (the model's weights are not copied).
-        graph.constants = {k: _to_torch(np.require(v, requirements=["C", "W"])) if isinstance(v, np.ndarray) else v for k, v in graph.constants.items()}
-        program = compile_graph(graph, {}, backend=backend, device="cpu")
-        graph, choice = program.graph, program.choice
-    else:
-        graph, choice = _native_program(graph, backend)
-    report = CompileReport(name=graph.name, source="disc.onnx", graph=graph, fallbacks={}, compile_seconds=time.perf_counter() - start, backend=choice)
-    record_report(report)
-    if with_torch:
-        import torch.utils._pytree as pytree
-
-        from disc.compiled import CompiledModule
-
-        spec = pytree.tree_flatten(list(range(len(outputs))))[1]
-        runner: Any = _TorchRunner(CompiledModule(report, program.executor, inputs, spec))
-    else:
-        runner = _StandaloneRunner(graph, choice.native, inputs)
+    runner, report = compile_array_graph(graph, inputs, len(outputs), "disc.onnx", backend, start)
     return OnnxProgram(runner, inputs, outputs, report)
-
-
-def _native_program(graph: Any, backend: str | None) -> tuple[Any, Any]:
-    """Without PyTorch: the optimised graph and its native CPU program, or a CompileError saying what it lacks."""
-    from disc.codegen.cpu.build import build_native
-    from disc.codegen.lowering import Unsupported
-    from disc.passes.pipeline import run_pipeline
-    from disc.report import BackendChoice
-
-    backend = backend or os.environ.get("DISC_BACKEND", "auto")
-    if backend not in ("auto", "native"):
-        raise CompileError(f"backend={backend!r} needs PyTorch, which is not installed here; without it an ONNX model compiles to the native CPU program (backend='native')")
-    graph = run_pipeline(graph)
-    try:
-        native = build_native(graph)
-    except Unsupported as e:
-        raise CompileError(f"{graph.name}: the native CPU program cannot hold this graph ({e}); with PyTorch installed such ops run in PyTorch between compiled segments") from e
-    return graph, BackendChoice("native-cpu", native=native)

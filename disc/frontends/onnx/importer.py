@@ -13,67 +13,27 @@ never a per-call evaluation. Each op's lowering is in ``ops.py``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from disc.ir.builder import GraphBuilder, LoweringError
-from disc.ir.graph import Node
+from disc.frontends.arrays import ArrayBuilder, DimValue, ShapeValue
+from disc.ir.builder import LoweringError
 from disc.ir.types import TensorType
 from disc.shape.expr import DimLike, SymExpr
+
+__all__ = ["ELEM_TYPES", "DimValue", "OnnxImporter", "ShapeValue", "add_inputs"]
 
 # ONNX TensorProto element types disc runs.
 ELEM_TYPES = {1: "f32", 2: "u8", 3: "i8", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16", 11: "f64", 16: "bf16"}
 
 
-@dataclass
-class ShapeValue:
-    """A 1-d int64 tensor known at compile time as symbolic dims (what ``Shape`` returns)."""
-
-    dims: list[DimLike]
-
-
-@dataclass
-class DimValue:
-    """A 0-d integer known at compile time as one symbolic dim (a ``Gather`` of a shape value)."""
-
-    dim: DimLike
-
-
-class OnnxImporter(GraphBuilder):
+class OnnxImporter(ArrayBuilder):
     """One model's import: values by ONNX name (a Node, a numpy constant or a ShapeValue)."""
 
     def __init__(self, name: str, opset: int) -> None:
         super().__init__(name)
         self.opset = opset
         self.values: dict[str, Any] = {}
-
-    def tensor(self, value: Any) -> Node:
-        """``value`` as a graph value: constants and shape values become constants or index ops."""
-        if isinstance(value, Node):
-            return value
-        if isinstance(value, ShapeValue):
-            return self.shape_tensor(value.dims)
-        if isinstance(value, DimValue):
-            return self.graph.add("index_to_tensor", (self.index(value.dim),), {"dtype": "i64"})
-        if isinstance(value, np.ndarray):
-            return self.graph.add_constant(np.ascontiguousarray(value))
-        raise LoweringError(f"cannot use {type(value).__name__} as a tensor")
-
-    def shape_tensor(self, dims: Sequence[DimLike]) -> Node:
-        """A 1-d i64 tensor holding ``dims`` (a shape value used as data)."""
-        parts = []
-        one = self.index(1)
-        for d in dims:
-            scalar = self.graph.add("index_to_tensor", (self.index(d),), {"dtype": "i64"})
-            parts.append(self.graph.add("reshape", (scalar, one)))
-        if not parts:
-            return self.graph.add_constant(np.zeros((0,), np.int64))
-        if len(parts) == 1:
-            return parts[0]
-        return self.graph.add("concat", tuple(parts), {"axis": 0})
 
 
 def _dims(value_info: Any) -> list[Any]:

@@ -14,12 +14,18 @@ from typing import Any
 
 import numpy as np
 
+from disc.frontends.arrays import dim_arith as _dim_arith
+from disc.frontends.arrays import known as _known
+from disc.frontends.arrays import known_ints as _ints
+from disc.frontends.arrays import reshape_target
+from disc.frontends.arrays import shape_dims as _dims_of
 from disc.frontends.onnx.importer import ELEM_TYPES, DimValue, OnnxImporter, ShapeValue
 from disc.ir.builder import (
     LoweringError,
     broadcast_shapes,
     broadcast_to,
     convert,
+    einsum,
     elementwise,
     log_softmax,
     mean,
@@ -46,47 +52,11 @@ def onnx_op(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return wrap
 
 
-def _known(v: Any) -> np.ndarray | None:
-    """A compile-time integer or float array, where ``v`` is one (a constant or a static shape value)."""
-    if isinstance(v, np.ndarray):
-        return v
-    if isinstance(v, ShapeValue) and all(isinstance(d, int) or (isinstance(d, SymExpr) and d.is_const) for d in v.dims):
-        return np.array([int(d) if isinstance(d, int) else d.const_value for d in v.dims], np.int64)
-    return None
-
-
-def _ints(v: Any, what: str) -> list[int]:
-    k = _known(v)
-    if k is None:
-        raise LoweringError(f"{what} must be known when the model is compiled (a constant), not computed at run time")
-    return [int(x) for x in np.asarray(k).reshape(-1)]
-
-
-def _dims_of(imp: OnnxImporter, v: Any, what: str) -> list[DimLike]:
-    """A shape operand as symbolic dims: a constant, or a shape value."""
-    if isinstance(v, ShapeValue):
-        return list(v.dims)
-    return list(_ints(v, what))
-
-
 # -- elementwise -------------------------------------------------------------------------------------
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "Mod": "remainder"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
 _LOGICAL = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
 _NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
-
-
-def _dim_arith(op: str, a: DimLike, b: DimLike) -> DimLike | None:
-    a, b = as_expr(a), as_expr(b)
-    if op == "add":
-        return a + b
-    if op == "sub":
-        return a - b
-    if op == "mul":
-        return a * b
-    if op == "div" and b.is_const and b.const_value > 0:
-        return a // b.const_value
-    return None
 
 
 @onnx_op(*_BINARY, *_COMPARE, *_LOGICAL)
@@ -278,6 +248,11 @@ def _matmul_op(imp: OnnxImporter, node: Any, a: Any, b: Any) -> Node:
     return _matmul(imp, imp.tensor(a), imp.tensor(b))
 
 
+@onnx_op("Einsum")
+def _einsum(imp: OnnxImporter, node: Any, *xs: Any, equation: str = "") -> Node:
+    return einsum(imp, equation, [imp.tensor(x) for x in xs])
+
+
 @onnx_op("Gemm")
 def _gemm(imp: OnnxImporter, node: Any, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 1.0, transA: int = 0, transB: int = 0) -> Node:
     x, y = imp.tensor(a), imp.tensor(b)
@@ -387,36 +362,10 @@ def _size(imp: OnnxImporter, node: Any, x: Any) -> Node:
     return imp.graph.add("index_to_tensor", (imp.index(product(imp.tensor(x).shape)),), {"dtype": "i64"})
 
 
-def _target_shape(imp: OnnxImporter, x: Node, dims: list[DimLike], allowzero: int) -> list[DimLike]:
-    """Reshape's target: 0 copies the input's dim (unless ``allowzero``), one -1 is inferred."""
-    out: list[DimLike] = []
-    infer = None
-    for i, d in enumerate(dims):
-        if isinstance(d, int) and d == 0 and not allowzero:
-            out.append(x.shape[i])
-        elif isinstance(d, int) and d == -1:
-            if infer is not None:
-                raise LoweringError("Reshape: more than one -1 in the shape")
-            infer = i
-            out.append(1)
-        else:
-            out.append(d)
-    if infer is not None:
-        from disc.shape.expr import exact_divide
-
-        known = imp.graph.constraints.normalize(product(out))
-        total = imp.graph.constraints.normalize(product(x.shape))
-        q = exact_divide(total, known)
-        if q is None:
-            raise LoweringError(f"Reshape: cannot infer -1 ({total} elements over {known})")
-        out[infer] = q
-    return out
-
-
 @onnx_op("Reshape")
 def _reshape(imp: OnnxImporter, node: Any, x: Any, shape: Any, allowzero: int = 0) -> Node:
     x = imp.tensor(x)
-    return reshape(imp, x, _target_shape(imp, x, _dims_of(imp, shape, "Reshape's shape"), allowzero))
+    return reshape(imp, x, reshape_target(imp, x, _dims_of(shape, "Reshape's shape"), allowzero))
 
 
 @onnx_op("Flatten")
@@ -498,7 +447,7 @@ def _concat(imp: OnnxImporter, node: Any, *parts: Any, axis: int = 0) -> Any:
     if any(isinstance(p, (ShapeValue, DimValue)) for p in parts) and all(isinstance(p, (ShapeValue, DimValue, np.ndarray)) for p in parts):
         dims: list[DimLike] = []
         for p in parts:
-            dims += [p.dim] if isinstance(p, DimValue) else _dims_of(imp, p, "Concat of shape values")
+            dims += [p.dim] if isinstance(p, DimValue) else _dims_of(p, "Concat of shape values")
         return ShapeValue(dims)
     if all(isinstance(p, np.ndarray) for p in parts):
         return np.concatenate(parts, axis=axis)
@@ -539,14 +488,14 @@ def _clamped(imp: OnnxImporter, n: DimLike, v: int) -> Node:
 @onnx_op("Expand")
 def _expand(imp: OnnxImporter, node: Any, x: Any, shape: Any) -> Node:
     x = imp.tensor(x)
-    target = _dims_of(imp, shape, "Expand's shape")
+    target = _dims_of(shape, "Expand's shape")
     return broadcast_to(imp, x, broadcast_shapes(imp, [x.shape, target]))
 
 
 @onnx_op("ConstantOfShape")
 def _constant_of_shape(imp: OnnxImporter, node: Any, shape: Any, value: Any = None) -> Node:
     fill = value if value is not None else np.zeros((1,), np.float32)
-    dims = _dims_of(imp, shape, "ConstantOfShape's shape")
+    dims = _dims_of(shape, "ConstantOfShape's shape")
     scalar = imp.graph.add_constant(np.asarray(fill).reshape(()))
     return imp.graph.add("broadcast_in_dim", (scalar, *imp.sizes(dims)), {"dims": ()})
 

@@ -1,0 +1,203 @@
+"""The TensorFlow frontend: tf.function and Keras models compiled once for all their shapes.
+
+    import disc.tf
+    prog = disc.tf.compile(model, input_signature=[tf.TensorSpec([None, None], tf.int32, name="ids")])
+    out = prog(ids)                      # tf.Tensors (or numpy arrays) in, the function's structure of tf.Tensors out
+
+    @disc.tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+    def f(x): ...                        # a drop-in for tf.function
+
+``None`` dims of the signature become symbols (``dynamic={"ids": {0: "batch"}}`` names them;
+one name in two places is one symbol; an int pins a dim); ``constraints`` as for
+``disc.compile``. The function is traced once (``get_concrete_function``), its variables are
+frozen to constants and its function calls inlined (``convert_variables_to_constants_v2``), and
+the resulting ``GraphDef`` is imported (``importer.py``, op table ``ops.py``). An op outside the
+table runs in TensorFlow between compiled segments (``fallback.py``; ``disc.explain`` lists it),
+or with ``fallback=False`` is an error naming the op and the node before anything runs. The program runs through the
+same driver and executors as the other frontends (the PyTorch executors where PyTorch is
+installed, else the native CPU program through ``disc_runtime``), and ``prog.save(folder)``
+writes a program that runs without TensorFlow.
+
+Inference only: variables are read once, when the program is compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from disc.errors import CompileError, InputError
+from disc.frontends.arrays import compile_array_graph
+from disc.frontends.tf.importer import TF_DTYPES, InputSpec, import_graph_def
+
+__all__ = ["TfProgram", "compile", "function", "supported_ops", "trace"]
+
+
+def supported_ops() -> list[str]:
+    """The TensorFlow op types this frontend lowers."""
+    from disc.frontends.tf.ops import OPS
+
+    return sorted(OPS)
+
+
+def _callable(fn: Any, n_inputs: int) -> Callable[..., Any]:
+    """What the traced function calls: a Keras model in inference mode, else ``fn`` itself."""
+    import keras
+
+    functional = isinstance(fn, keras.Model) and (
+        type(fn).__name__ in ("Functional", "Sequential") or getattr(fn, "_is_graph_network", False)
+    )
+    if functional:
+        return lambda *xs: fn(list(xs) if n_inputs > 1 else xs[0], training=False)
+    if isinstance(fn, keras.layers.Layer):
+        return lambda *xs: fn(*xs, training=False)
+    return fn
+
+
+def _signature(fn: Any, input_signature: Sequence[Any] | None) -> list[Any]:
+    import tensorflow as tf
+
+    if input_signature is not None:
+        return list(input_signature)
+    inputs = getattr(fn, "inputs", None)  # a functional Keras model knows its inputs
+    if inputs:
+        return [tf.TensorSpec(tuple(t.shape), t.dtype, name=getattr(t, "name", None)) for t in inputs]
+    raise CompileError(
+        "disc.tf.compile needs input_signature=[tf.TensorSpec(...), ...] for this function (only a functional Keras model knows its inputs)"
+    )
+
+
+def trace(fn: Any, input_signature: Sequence[Any] | None = None) -> tuple[Any, list[InputSpec], list[str], Any, Any]:
+    """Trace and freeze ``fn``: its GraphDef, input specs, output tensor names, output structure,
+    and a function giving a node's outputs as TensorFlow infers them."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    sig = _signature(fn, input_signature)
+    for i, s in enumerate(sig):
+        if not isinstance(s, tf.TensorSpec):
+            raise CompileError(
+                f"input_signature[{i}] is a {type(s).__name__}; disc.tf takes tf.TensorSpec entries (nested structures are not supported)"
+            )
+    func = fn if hasattr(fn, "get_concrete_function") else tf.function(_callable(fn, len(sig)))
+    try:
+        concrete = func.get_concrete_function(*sig)
+    except Exception as e:
+        raise CompileError(f"tracing the function with input_signature={sig} failed: {type(e).__name__}: {e}") from e
+    frozen = convert_variables_to_constants_v2(concrete)
+    specs = []
+    for s, t in zip(sig, frozen.inputs):
+        name = s.name or t.name.split(":")[0]
+        if t.dtype.as_datatype_enum not in TF_DTYPES:
+            raise CompileError(f"input {name!r}: dtype {t.dtype.name} is not one disc runs")
+        dims = tuple(None if d is None else int(d) for d in t.shape.as_list())
+        specs.append(InputSpec(t.name.split(":")[0], TF_DTYPES[t.dtype.as_datatype_enum], dims))
+    outputs = [t.name for t in frozen.outputs]
+
+    def output_types(node: str) -> list[tuple[str, tuple[int | None, ...] | None]]:
+        """A node's outputs as TensorFlow's shape inference knows them (for ops run in TensorFlow)."""
+        out = []
+        for t in frozen.graph.get_operation_by_name(node).outputs:
+            dims = None if t.shape.rank is None else tuple(t.shape.as_list())
+            out.append((TF_DTYPES.get(t.dtype.as_datatype_enum, t.dtype.name), dims))
+        return out
+
+    return frozen.graph.as_graph_def(), specs, outputs, concrete.structured_outputs, output_types
+
+
+class TfProgram:
+    """A compiled TensorFlow function: call it with its inputs (positional, in the signature's
+    order, or by name), tf.Tensors or numpy arrays; returns the function's output structure with
+    tf.Tensors. Stateless: safe from several threads."""
+
+    def __init__(self, runner: Any, input_names: list[str], structure: Any, report: Any) -> None:
+        self.runner = runner
+        self.input_names = input_names
+        self.structure = structure
+        self.report = report
+
+    @property
+    def graph(self) -> Any:
+        return self.report.graph
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import tensorflow as tf
+
+        values = list(args)
+        for name in self.input_names[len(values) :]:
+            if name not in kwargs:
+                raise InputError(f"missing input {name!r}; the function's inputs are {self.input_names}")
+            values.append(kwargs.pop(name))
+        if kwargs:
+            raise InputError(f"unexpected input(s) {sorted(kwargs)}; the function's inputs are {self.input_names}")
+        if len(values) > len(self.input_names):
+            raise InputError(f"{len(values)} inputs given; the function takes {len(self.input_names)} ({self.input_names})")
+        arrays = [v.numpy() if isinstance(v, (tf.Tensor, tf.Variable)) else v for v in values]
+        outs = self.runner.run(self.input_names, arrays)
+        tensors = [tf.convert_to_tensor(o) for o in outs]
+        return tf.nest.pack_sequence_as(self.structure, tensors)
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write the program; ``disc.load`` or ``disc_runtime.load`` runs it without TensorFlow."""
+        return self.runner.save(folder)
+
+
+def compile(
+    fn: Any,
+    input_signature: Sequence[Any] | None = None,
+    dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
+    constraints: Any = None,
+    backend: str | None = None,
+    fallback: bool = True,
+) -> TfProgram:
+    """Compile a ``tf.function``, a Keras model or a Python function of tensors once for every shape.
+
+    An op disc does not lower runs in TensorFlow between compiled segments (``disc.explain`` lists
+    it); ``fallback=False`` makes it a CompileError naming the op and its node instead."""
+    from disc.shape.user import apply_user_facts, parse_user_constraints
+
+    start = time.perf_counter()
+    ranges, facts = parse_user_constraints(constraints)
+    graph_def, specs, outputs, structure, output_types = trace(fn, input_signature)
+    sig = _signature(fn, input_signature)
+    names = [s.name or spec.name for s, spec in zip(sig, specs)]
+    # dynamic= and the call name inputs by the signature's names; the graph knows its placeholders.
+    by_name = {n: spec for n, spec in zip(names, specs)}
+    dyn = {by_name[k].name if k in by_name else k: v for k, v in (dynamic or {}).items()}
+    name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or "tf_function"
+    imp = import_graph_def(graph_def, str(name), specs, outputs, dyn, output_types if fallback else None)
+    graph = imp.graph
+    apply_user_facts(graph.constraints, facts, ranges)
+    for sym, (lo, hi) in ranges.items():
+        graph.constraints.set_range(sym, lo, hi)
+    runner, report = compile_array_graph(
+        graph, [s.name for s in specs], len(outputs), "disc.tf", backend, start, imp.host_calls, imp.host_counts
+    )
+    return TfProgram(runner, names, structure, report)
+
+
+def function(fn: Callable[..., Any] | None = None, *, input_signature: Sequence[Any], **options: Any) -> Any:
+    """``@disc.tf.function(input_signature=[...])``: a drop-in for ``tf.function`` that compiles the
+    function once, on first use, for every shape the signature allows."""
+
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        program: list[TfProgram] = []
+        lock = threading.Lock()
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not program:
+                with lock:  # one compilation, whichever thread calls first
+                    if not program:
+                        program.append(compile(f, input_signature, **options))
+            return program[0](*args, **kwargs)
+
+        call.__name__ = getattr(f, "__name__", "function")
+        call.__doc__ = f.__doc__
+        call.compiled = program  # type: ignore[attr-defined]
+        return call
+
+    return wrap(fn) if fn is not None else wrap
