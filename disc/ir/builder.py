@@ -121,7 +121,10 @@ def broadcast_shapes(ctx: GraphBuilder, shapes: Sequence[Sequence[DimLike]]) -> 
             # the program runs. A dim that is 1 only at run time is refused there with a named
             # error rather than broadcast: the kernels were built for equal dims, and reading
             # them as equal when they are not would give a wrong answer.
-            c.assume_equal(chosen, d, f"broadcast: dim {i} of the operands ({chosen} and {d}) must be equal")
+            try:
+                c.assume_equal(chosen, d, f"broadcast: dim {i} of the operands ({chosen} and {d}) must be equal")
+            except ValueError as e:  # provably different and neither provably 1: no shape can satisfy it
+                raise LoweringError(f"broadcast of dims {chosen} and {d}: {e}") from None
             if c.prove_not_one(d) and not c.prove_not_one(chosen):
                 chosen = d
         out.append(simplify_dim(chosen) if isinstance(chosen, SymExpr) else chosen)
