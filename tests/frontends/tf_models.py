@@ -18,11 +18,11 @@ import tensorflow as tf  # noqa: E402
 class Encoder(keras.Model):
     """A BERT-style encoder: token + position embeddings, post-LayerNorm blocks, a padding mask."""
 
-    def __init__(self, vocab: int = 100, width: int = 32, heads: int = 4, layers: int = 2, causal: bool = False) -> None:
+    def __init__(self, vocab: int = 100, width: int = 32, heads: int = 4, layers: int = 2, causal: bool = False, positions: int = 128) -> None:
         super().__init__()
         self.causal = causal
         self.tokens = keras.layers.Embedding(vocab, width)
-        self.positions = keras.layers.Embedding(128, width)
+        self.positions = keras.layers.Embedding(positions, width)
         self.norm = keras.layers.LayerNormalization(epsilon=1e-6)
         self.blocks = [
             (
