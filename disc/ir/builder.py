@@ -261,3 +261,36 @@ def _permuted(ctx: GraphBuilder, x: Node, have: str, want: str) -> Node:
         raise LoweringError(f"einsum: output subscripts {want!r} are not a permutation of {have!r}")
     perm = tuple(have.index(c) for c in want)
     return x if perm == tuple(range(len(perm))) else ctx.graph.add("transpose", (x,), {"perm": perm})
+
+
+def tile(ctx: GraphBuilder, x: Node, reps: Sequence[int]) -> Node:
+    """``x`` repeated ``reps[i]`` times along dim i: [d0, d1] -> broadcast to [r0, d0, r1, d1] -> [r0*d0, r1*d1]."""
+    wide: list[DimLike] = []
+    for r, d in zip(reps, x.shape):
+        wide += [r, d]
+    spread = ctx.graph.add("broadcast_in_dim", (x, *ctx.sizes(wide)), {"dims": tuple(range(1, 2 * len(reps), 2))})
+    return reshape(ctx, spread, [as_expr(d) * r for r, d in zip(reps, x.shape)])
+
+
+def batched_matmul(ctx: GraphBuilder, a: Node, b: Node) -> Node:
+    """numpy's matmul of operands of rank >= 2: the batch dims broadcast; a 2-d rhs is one GEMM."""
+    ra, rb = a.tensor_type.rank, b.tensor_type.rank
+    if rb == 2:
+        return ctx.graph.add("dot_general", (a, b), {"lhs_contract": (ra - 1,), "rhs_contract": (0,)})
+    batch = broadcast_shapes(ctx, [a.shape[:-2], b.shape[:-2]])
+    a = broadcast_to(ctx, a, [*batch, *a.shape[-2:]])
+    b = broadcast_to(ctx, b, [*batch, *b.shape[-2:]])
+    dims = tuple(range(len(batch)))
+    return ctx.graph.add("dot_general", (a, b), {"lhs_batch": dims, "rhs_batch": dims, "lhs_contract": (len(batch) + 1,), "rhs_contract": (len(batch),)})
+
+
+def slice_bound(ctx: GraphBuilder, n: DimLike, v: DimLike, end: int = 2**62) -> Node:
+    """A slice bound as an index into a dim of size ``n``: a negative int counts from the end, and
+    the bound clamps to [0, n] (at run time where ``n`` is a symbol); an int >= ``end`` means "to the end"."""
+    c = ctx.graph.constraints
+    if isinstance(v, int) and v < 0:
+        e = as_expr(n) + v
+        return ctx.index(e) if c.prove_ge(e, 0) else ctx.index_op("imax", e, 0)
+    if isinstance(v, int) and (v >= end or (isinstance(n, int) and v >= n)):
+        return ctx.index(n)
+    return ctx.index(v) if c.prove_ge(n, v) else ctx.index_op("imin", v, n)

@@ -22,6 +22,7 @@ from disc.frontends.arrays import shape_dims as _dims_of
 from disc.frontends.onnx.importer import ELEM_TYPES, DimValue, OnnxImporter, ShapeValue
 from disc.ir.builder import (
     LoweringError,
+    batched_matmul,
     broadcast_shapes,
     broadcast_to,
     convert,
@@ -32,7 +33,9 @@ from disc.ir.builder import (
     reduce,
     reshape,
     select,
+    slice_bound,
     softmax,
+    tile,
     triangle,
 )
 from disc.ir.graph import Node
@@ -221,7 +224,7 @@ def _matmul(imp: OnnxImporter, a: Node, b: Node) -> Node:
     """numpy's matmul: a 1-d operand is a row (lhs) or a column (rhs) whose dim is then dropped,
     batch dims broadcast."""
     ra, rb = a.tensor_type.rank, b.tensor_type.rank
-    out = _matmul_2d_up(imp, reshape(imp, a, [1, a.shape[0]]) if ra == 1 else a, reshape(imp, b, [b.shape[0], 1]) if rb == 1 else b)
+    out = batched_matmul(imp, reshape(imp, a, [1, a.shape[0]]) if ra == 1 else a, reshape(imp, b, [b.shape[0], 1]) if rb == 1 else b)
     if ra > 1 and rb > 1:
         return out
     shape = list(out.shape)
@@ -230,17 +233,6 @@ def _matmul(imp: OnnxImporter, a: Node, b: Node) -> Node:
     if ra == 1:
         shape.pop(-1 if rb == 1 else -2)
     return reshape(imp, out, shape)
-
-
-def _matmul_2d_up(imp: OnnxImporter, a: Node, b: Node) -> Node:
-    ra, rb = a.tensor_type.rank, b.tensor_type.rank
-    if rb == 2:
-        return imp.graph.add("dot_general", (a, b), {"lhs_contract": (ra - 1,), "rhs_contract": (0,)})
-    batch = broadcast_shapes(imp, [a.shape[:-2], b.shape[:-2]])
-    a = broadcast_to(imp, a, [*batch, *a.shape[-2:]])
-    b = broadcast_to(imp, b, [*batch, *b.shape[-2:]])
-    dims = tuple(range(len(batch)))
-    return imp.graph.add("dot_general", (a, b), {"lhs_batch": dims, "rhs_batch": dims, "lhs_contract": (len(batch) + 1,), "rhs_contract": (len(batch),)})
 
 
 @onnx_op("MatMul")
@@ -468,21 +460,9 @@ def _slice(imp: OnnxImporter, node: Any, x: Any, starts: Any, ends: Any, axes: A
         a = normalize_axis(a, out.tensor_type.rank, "Slice")
         if step <= 0:
             raise LoweringError("Slice with a negative step")
-        bounds = [_clamped(imp, out.shape[a], v) for v in (lo, hi)]
+        bounds = [slice_bound(imp, out.shape[a], v) for v in (lo, hi)]
         out = imp.graph.add("slice", (out, *bounds), {"axis": a, "step": step})
     return out
-
-
-def _clamped(imp: OnnxImporter, n: DimLike, v: int) -> Node:
-    """A Slice bound as an index into a dim of size ``n``: negative counts from the end, and
-    both ends clamp to [0, n] (at run time where ``n`` is a symbol)."""
-    c = imp.graph.constraints
-    if v < 0:
-        e = as_expr(n) + v
-        return imp.index(e) if c.prove_ge(e, 0) else imp.graph.add("imax", (imp.index(e), imp.index(0)))
-    if v >= 2**62 or (isinstance(n, int) and v >= n):
-        return imp.index(n)
-    return imp.index(v) if c.prove_ge(n, v) else imp.graph.add("imin", (imp.index(v), imp.index(n)))
 
 
 @onnx_op("Expand")
@@ -668,14 +648,7 @@ def _split(imp: OnnxImporter, node: Any, x: Any, split: Any = None, axis: int = 
 
 @onnx_op("Tile")
 def _tile(imp: OnnxImporter, node: Any, x: Any, repeats: Any) -> Node:
-    x = imp.tensor(x)
-    reps = _ints(repeats, "Tile's repeats")
-    # [d0, d1] -> broadcast to [r0, d0, r1, d1] -> reshape to [r0*d0, r1*d1]
-    wide: list[DimLike] = []
-    for r, d in zip(reps, x.shape):
-        wide += [r, d]
-    spread = imp.graph.add("broadcast_in_dim", (x, *imp.sizes(wide)), {"dims": tuple(range(1, 2 * len(reps), 2))})
-    return reshape(imp, spread, [as_expr(d) * r for r, d in zip(reps, x.shape)])
+    return tile(imp, imp.tensor(x), _ints(repeats, "Tile's repeats"))
 
 
 @onnx_op("ArgMax", "ArgMin")

@@ -21,7 +21,7 @@ from disc.frontends.arrays import DimValue, ShapeValue, dim_arith, known, known_
 from disc.frontends.tf.importer import TfImporter
 from disc.ir.builder import (
     LoweringError,
-    broadcast_shapes,
+    batched_matmul,
     broadcast_to,
     convert,
     einsum,
@@ -31,7 +31,9 @@ from disc.ir.builder import (
     reduce,
     reshape,
     select,
+    slice_bound,
     softmax,
+    tile,
     triangle,
 )
 from disc.ir.graph import Node
@@ -290,17 +292,6 @@ def _bits(mask: int, n: int) -> list[bool]:
     return [bool(mask >> i & 1) for i in range(n)]
 
 
-def _bound(imp: TfImporter, n: DimLike, v: DimLike, clamp_to_end: bool) -> Node:
-    """A slice bound into a dim of size ``n``: a negative int counts from the end; clamped to [0, n]."""
-    c = imp.graph.constraints
-    if isinstance(v, int) and v < 0:
-        e = as_expr(n) + v
-        return imp.index(e) if c.prove_ge(e, 0) else imp.index_op("imax", e, 0)
-    if isinstance(v, int) and (v >= 2**31 - 1 or (isinstance(n, int) and v >= n)):
-        return imp.index(n)
-    return imp.index(v) if c.prove_ge(n, v) else imp.index_op("imin", v, n)
-
-
 @tf_op("StridedSlice")
 def _strided_slice(
     imp: TfImporter, node: Any, x: Any, begin: Any, end: Any, strides: Any,
@@ -342,8 +333,8 @@ def _strided_slice(
         elif kind == "range":
             if step <= 0:
                 raise LoweringError("StridedSlice with a negative stride")
-            start = imp.index(0) if lo is None else _bound(imp, n, lo, False)
-            stop = imp.index(n) if hi is None else _bound(imp, n, hi, True)
+            start = imp.index(0) if lo is None else slice_bound(imp, n, lo, 2**31 - 1)
+            stop = imp.index(n) if hi is None else slice_bound(imp, n, hi, 2**31 - 1)
             out = imp.graph.add("slice", (out, start, stop), {"axis": axis, "step": step})
             shape.append(out.shape[axis])
         else:
@@ -501,13 +492,7 @@ def _gather(imp: TfImporter, node: Any, params: Any, indices: Any, axis: Any, ba
 
 @tf_op("Tile")
 def _tile(imp: TfImporter, node: Any, x: Any, multiples: Any, **attrs: Any) -> Node:
-    x = imp.tensor(x)
-    reps = known_ints(multiples, "Tile's multiples")
-    wide: list[DimLike] = []
-    for r, d in zip(reps, x.shape):
-        wide += [r, d]
-    spread = imp.graph.add("broadcast_in_dim", (x, *imp.sizes(wide)), {"dims": tuple(range(1, 2 * len(reps), 2))})
-    return reshape(imp, spread, [as_expr(d) * r for r, d in zip(reps, x.shape)])
+    return tile(imp, imp.tensor(x), known_ints(multiples, "Tile's multiples"))
 
 
 @tf_op("Pad", "PadV2")
@@ -617,15 +602,7 @@ def _matmul(
     ra, rb = x.tensor_type.rank, y.tensor_type.rank
     if ra < 2 or rb < 2:
         raise LoweringError(f"{node.op} of operands of rank {ra} and {rb} (both need rank >= 2)")
-    if rb == 2:
-        return imp.graph.add("dot_general", (x, y), {"lhs_contract": (ra - 1,), "rhs_contract": (0,)})
-    batch = broadcast_shapes(imp, [x.shape[:-2], y.shape[:-2]])
-    x = broadcast_to(imp, x, [*batch, *x.shape[-2:]])
-    y = broadcast_to(imp, y, [*batch, *y.shape[-2:]])
-    dims = tuple(range(len(batch)))
-    return imp.graph.add(
-        "dot_general", (x, y), {"lhs_batch": dims, "rhs_batch": dims, "lhs_contract": (len(batch) + 1,), "rhs_contract": (len(batch),)}
-    )
+    return batched_matmul(imp, x, y)
 
 
 @tf_op("MatrixBandPart")
