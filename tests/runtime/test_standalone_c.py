@@ -441,12 +441,16 @@ def test_the_ranges_of_a_zoo_model_and_a_check_the_program_makes(api, saved) -> 
         )
     finally:
         model.close()
-    # x's dim 1 is "?" (2*h): the runtime leaves it to the program's own check (disc_shapes' rc 2).
+    # x[:, ::2] + y ties y's dim 1 to x's, (s+1)//2, a dim the interface cannot name ("?"), and the
+    # user's s == 2*h makes s even: the runtime leaves both to the program's own check (disc_shapes' rc 2).
     model = api.load(saved["halves"][1])
     try:
-        assert model.inputs[0] == ("x", "f32", ["b", "?"])
+        assert model.inputs == [("x", "f32", ["b", "s"]), ("y", "f32", ["b", "?"])]
         with pytest.raises(CError) as c:
             model.run([np.zeros((3, 8), np.float32), np.zeros((3, 5), np.float32)])
+        assert c.value.status == E_SHAPE and c.value.message.startswith("shape check failed: ")
+        with pytest.raises(CError) as c:  # (9 + 1) // 2 == 5 fits the add, but s == 2*h does not hold
+            model.run([np.zeros((3, 9), np.float32), np.zeros((3, 5), np.float32)])
         assert c.value.status == E_SHAPE and c.value.message.startswith("shape check failed: ")
         x, y = torch.randn(3, 10), torch.randn(3, 5)
         _same(model.run([x.numpy(), y.numpy()]), _expected(saved["halves"][0], (x, y)))
