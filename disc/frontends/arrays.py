@@ -167,6 +167,29 @@ def has_torch() -> bool:
     return True
 
 
+def bind_inputs(names: Sequence[str], args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """A call's inputs in ``names``' order: positional first, the rest by name; InputError otherwise."""
+    values = list(args)
+    for name in names[len(values) :]:
+        if name not in kwargs:
+            raise InputError(f"missing input {name!r}; the inputs are {list(names)}")
+        values.append(kwargs.pop(name))
+    if kwargs:
+        raise InputError(f"unexpected input(s) {sorted(kwargs)}; the inputs are {list(names)}")
+    if len(values) > len(names):
+        raise InputError(f"{len(values)} inputs given; there are {len(names)} ({list(names)})")
+    return values
+
+
+def apply_constraints(graph: Any, ranges: dict[str, Any], facts: list[Any]) -> None:
+    """The user's ``constraints=`` (parsed by ``parse_user_constraints``) on an imported graph."""
+    from disc.shape.user import apply_user_facts
+
+    apply_user_facts(graph.constraints, facts, ranges)
+    for name, (lo, hi) in ranges.items():
+        graph.constraints.set_range(name, lo, hi)
+
+
 def input_array(name: str, v: Any) -> np.ndarray:
     """``v`` as a C-contiguous writable numpy array, or an InputError naming the input."""
     try:

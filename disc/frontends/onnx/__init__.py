@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from disc.errors import CompileError, InputError
-from disc.frontends.arrays import compile_array_graph
+from disc.errors import CompileError
+from disc.frontends.arrays import apply_constraints, bind_inputs, compile_array_graph
 from disc.frontends.onnx.importer import OnnxImporter, add_inputs
 from disc.frontends.onnx.ops import OPS
 from disc.ir.builder import LoweringError
@@ -132,16 +132,7 @@ class OnnxProgram:
         return self.report.graph
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
-        values = list(args)
-        for name in self.input_names[len(values) :]:
-            if name not in kwargs:
-                raise InputError(f"missing input {name!r}; the model's inputs are {self.input_names}")
-            values.append(kwargs.pop(name))
-        if kwargs:
-            raise InputError(f"unexpected input(s) {sorted(kwargs)}; the model's inputs are {self.input_names}")
-        if len(values) > len(self.input_names):
-            raise InputError(f"{len(values)} inputs given; the model takes {len(self.input_names)} ({self.input_names})")
-        return self.runner.run(self.input_names, values)
+        return self.runner.run(self.input_names, bind_inputs(self.input_names, args, kwargs))
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write the program; ``disc.load`` (with PyTorch) or ``disc_runtime.load`` (numpy only) runs it."""
@@ -155,14 +146,12 @@ def compile(
     backend: str | None = None,
 ) -> OnnxProgram:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) once for every shape."""
-    from disc.shape.user import apply_user_facts, parse_user_constraints
+    from disc.shape.user import parse_user_constraints
 
     start = time.perf_counter()
     ranges, facts = parse_user_constraints(constraints)
     imp, inputs, outputs = import_model(model, dynamic)
     graph = imp.graph
-    apply_user_facts(graph.constraints, facts, ranges)
-    for name, (lo, hi) in ranges.items():
-        graph.constraints.set_range(name, lo, hi)
+    apply_constraints(graph, ranges, facts)
     runner, report = compile_array_graph(graph, inputs, len(outputs), "disc.onnx", backend, start)
     return OnnxProgram(runner, inputs, outputs, report)

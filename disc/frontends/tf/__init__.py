@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from disc.errors import CompileError, InputError
-from disc.frontends.arrays import compile_array_graph
+from disc.errors import CompileError
+from disc.frontends.arrays import apply_constraints, bind_inputs, compile_array_graph
 from disc.frontends.tf.importer import TF_DTYPES, InputSpec, import_graph_def
 
 __all__ = ["TfProgram", "compile", "function", "supported_ops", "trace"]
@@ -95,7 +95,7 @@ def trace(fn: Any, input_signature: Sequence[Any] | None = None) -> tuple[Any, l
         if t.dtype.as_datatype_enum not in TF_DTYPES:
             raise CompileError(f"input {name!r}: dtype {t.dtype.name} is not one disc runs")
         dims = tuple(None if d is None else int(d) for d in t.shape.as_list())
-        specs.append(InputSpec(t.name.split(":")[0], TF_DTYPES[t.dtype.as_datatype_enum], dims))
+        specs.append(InputSpec(t.name.split(":")[0], TF_DTYPES[t.dtype.as_datatype_enum], dims, name))
     outputs = [t.name for t in frozen.outputs]
 
     def output_types(node: str) -> list[tuple[str, tuple[int | None, ...] | None]]:
@@ -127,15 +127,7 @@ class TfProgram:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import tensorflow as tf
 
-        values = list(args)
-        for name in self.input_names[len(values) :]:
-            if name not in kwargs:
-                raise InputError(f"missing input {name!r}; the function's inputs are {self.input_names}")
-            values.append(kwargs.pop(name))
-        if kwargs:
-            raise InputError(f"unexpected input(s) {sorted(kwargs)}; the function's inputs are {self.input_names}")
-        if len(values) > len(self.input_names):
-            raise InputError(f"{len(values)} inputs given; the function takes {len(self.input_names)} ({self.input_names})")
+        values = bind_inputs(self.input_names, args, kwargs)
         arrays = [v.numpy() if isinstance(v, (tf.Tensor, tf.Variable)) else v for v in values]
         outs = self.runner.run(self.input_names, arrays)
         tensors = [tf.convert_to_tensor(o) for o in outs]
@@ -158,22 +150,19 @@ def compile(
 
     An op disc does not lower runs in TensorFlow between compiled segments (``disc.explain`` lists
     it); ``fallback=False`` makes it a CompileError naming the op and its node instead."""
-    from disc.shape.user import apply_user_facts, parse_user_constraints
+    from disc.shape.user import parse_user_constraints
 
     start = time.perf_counter()
     ranges, facts = parse_user_constraints(constraints)
     graph_def, specs, outputs, structure, output_types = trace(fn, input_signature)
-    sig = _signature(fn, input_signature)
-    names = [s.name or spec.name for s, spec in zip(sig, specs)]
+    names = [spec.call_name for spec in specs]
     # dynamic= and the call name inputs by the signature's names; the graph knows its placeholders.
-    by_name = {n: spec for n, spec in zip(names, specs)}
+    by_name = {spec.call_name: spec for spec in specs}
     dyn = {by_name[k].name if k in by_name else k: v for k, v in (dynamic or {}).items()}
     name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or "tf_function"
     imp = import_graph_def(graph_def, str(name), specs, outputs, dyn, output_types if fallback else None)
     graph = imp.graph
-    apply_user_facts(graph.constraints, facts, ranges)
-    for sym, (lo, hi) in ranges.items():
-        graph.constraints.set_range(sym, lo, hi)
+    apply_constraints(graph, ranges, facts)
     runner, report = compile_array_graph(
         graph, [s.name for s in specs], len(outputs), "disc.tf", backend, start, imp.host_calls, imp.host_counts
     )

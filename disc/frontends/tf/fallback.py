@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from disc.frontends.arrays import to_numpy, to_torch
 from disc.frontends.tf.importer import TF_DTYPES, TfImporter
 from disc.ir.builder import LoweringError
@@ -44,8 +46,6 @@ class TfCall:
             outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
             if results is not None:
                 results[self.op_name] = outs
-        import numpy as np
-
         return to_torch(np.array(outs[self.output_index].numpy()))  # a writable copy: TensorFlow's buffer is its own
 
     def to_json(self) -> dict[str, Any]:

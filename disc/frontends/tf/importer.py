@@ -31,11 +31,13 @@ TF_DTYPES = {1: "f32", 2: "f64", 3: "i32", 4: "u8", 5: "i16", 6: "i8", 9: "i64",
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One input of the graph: its placeholder's name, dtype and dims (None: unknown)."""
+    """One input of the graph: its placeholder's name, dtype and dims (None: unknown), and the
+    name a caller uses for it (the signature's ``TensorSpec`` name, else the placeholder's)."""
 
     name: str
     dtype: str
     dims: tuple[int | None, ...]
+    call_name: str = ""
 
 
 class TfImporter(ArrayBuilder):
