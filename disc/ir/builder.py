@@ -174,6 +174,22 @@ def mean(ctx: GraphBuilder, x: Node, dims: Sequence[int], keepdim: bool) -> Node
     return elementwise(ctx, "div", [total, numel_of(ctx, x, dims, x.dtype)], x.dtype)
 
 
+def normalize(ctx: GraphBuilder, x: Node, dims: Sequence[int], eps: float) -> tuple[Node, Node, Node]:
+    """``(x - mean) * rstd`` over ``dims`` (LayerNorm's rows), with the mean and rstd (keepdim shapes).
+
+    The variance is the mean of squared deviations (two passes: no cancellation). Where those
+    squares overflow, rstd would be 0 and every output a finite, wrong 0; rstd is NaN there
+    instead (``var - var`` is NaN only for an infinite var), as eager's overflowing one-pass
+    variance gives NaN.
+    """
+    mu = mean(ctx, x, dims, True)
+    centred = elementwise(ctx, "sub", [x, mu], x.dtype)
+    var = mean(ctx, elementwise(ctx, "mul", [centred, centred], x.dtype), dims, True)
+    rstd = ctx.graph.add("rsqrt", (elementwise(ctx, "add", [var, float(eps)], x.dtype),))
+    rstd = elementwise(ctx, "add", [rstd, elementwise(ctx, "sub", [var, var], x.dtype)], x.dtype)
+    return elementwise(ctx, "mul", [centred, rstd], x.dtype), mu, rstd
+
+
 def select(ctx: GraphBuilder, cond: Any, a: Any, b: Any, dtype: str) -> Node:
     """``cond ? a : b`` in ``dtype``, every operand broadcast to their common shape."""
     nodes = [convert(ctx, cond, "i1"), scalar(ctx, a, dtype), scalar(ctx, b, dtype)]

@@ -29,7 +29,7 @@ def test_float_op_matches_the_reference(op):
     gen = torch.Generator().manual_seed(2)
     for n in (1, 37, 300):  # 300: a full vector loop and a remainder
         xs = [special_f32(n, gen, op) for _ in range(arity)]
-        if op in ("gelu", "gelu_tanh"):  # torch's own gelu(inf) is inf or nan depending on the vector length
+        if op == "gelu_tanh":  # torch's own tanh-GELU(inf) is inf or nan depending on the vector length
             xs = [torch.where(x.isinf(), 40.0, x) for x in xs]
         if op == "pow":
             xs[1][: min(8, n)] = torch.tensor([2.0, 3.0, -1.0, 0.5, 0.0, 1.0, -2.0, 2.0])[: min(8, n)]
@@ -59,11 +59,19 @@ def test_gelu_is_accurate_relative_to_float64_down_to_its_negative_tail():
 
 
 def test_gelu_special_values_and_large_inputs():
+    """+-inf give NaN as eager's float kernels do (issue 48: it gave inf where eager gives NaN); eager's
+    one-element path gives inf for +inf, and the reference follows the kernels at every size."""
     x = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 20.0, -20.0, 1e30, -1e30, float("inf"), -float("inf"), float("nan")])
     got = _native("gelu").run([x])[0]
-    want = torch.tensor([0.0, -0.0, 5e-31, -5e-31, 20.0, -0.0, 1e30, -0.0, float("inf"), float("nan"), float("nan")])
+    want = torch.tensor([0.0, -0.0, 5e-31, -5e-31, 20.0, -0.0, 1e30, -0.0, float("nan"), float("nan"), float("nan")])
     torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)
     assert torch.equal(torch.signbit(got[:2]), torch.tensor([False, True]))
+    eager = torch.nn.functional.gelu(x)
+    assert torch.equal(eager.isnan(), got.isnan())
+    for n in (1, 2, 37):
+        inf = torch.full((n,), float("inf"))
+        assert _native("gelu").run([inf])[0].isnan().all()
+        assert ReferenceExecutor(op_graph("gelu", "f32", 1)).run([inf])[0].isnan().all()
 
 
 def test_exp_is_accurate_over_its_range_including_subnormal_results():

@@ -296,3 +296,28 @@ def test_a_forward_writing_a_buffer_is_refused_with_the_buffer_named():
     train_norm = nn.Sequential(nn.BatchNorm1d(4)).train()
     with pytest.raises(disc.CompileError, match=r"writes buffer '0.num_batches_tracked', buffer '0.running_mean'"):
         disc.compile(train_norm, (torch.randn(5, 4),), dynamic={"input": {0: "n"}})
+
+
+class Norms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+        self.gn = nn.GroupNorm(2, 4)
+
+    def forward(self, x):
+        return self.ln(x), self.gn(x.reshape(x.shape[0], 4, 2))
+
+
+def test_a_norm_whose_squared_deviations_overflow_is_nan_not_a_finite_zero():
+    """Issue 48: rows of ~1e20 made the variance inf, rstd 0 and every output a finite, wrong 0;
+    eager gives NaN there. Rows that fit are still normalised right, beside them in one call."""
+    torch.manual_seed(0)
+    m = Norms()
+    cm = disc.compile(m, (torch.randn(3, 8),), dynamic={"x": {0: "n"}})
+    for rows in (1, 2, 5):
+        x = torch.randn(rows, 8)
+        x[0] *= 1e20  # the first row overflows, the others are ordinary
+        for got, want in zip(cm(x), m(x)):
+            assert got[0].isnan().all(), got
+            torch.testing.assert_close(got[1:], want[1:], rtol=1e-5, atol=1e-5)
+        assert m(x)[0][0].isnan().all()  # eager's LayerNorm; its GroupNorm gives NaN or 0 by the values

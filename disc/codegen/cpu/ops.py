@@ -268,7 +268,8 @@ static inline float disc_exp_nonpositive(float x) {
 // < 7e-8); a^2 = x^2/2 is taken as hi + lo (fma) so e^(-a^2) does not amplify its rounding. Max
 // relative error on [-13.5, 13.5]: 5.1e-7 (eager's float GELU: 0.27 at x = -5). Below x = -13 the
 // result is -0 (it is under 1e-37): capping |x| keeps every lane's arithmetic in normal floats,
-// since subnormal operands cost 8x. +inf gives inf; -inf gives NaN (-inf * 0), as erf's form does.
+// since subnormal operands cost 8x. +-inf give NaN, as eager's float kernels do (its one-element
+// path and double give inf for +inf; we follow the kernel every tensor but a scalar meets).
 static inline float disc_gelu(float x) {
   const float ax = std::min(std::fabs(x), 13.0f);
   const float t = 1.0f / (1.0f + 0.4f * 0.70710678118654752f * ax);
@@ -284,7 +285,8 @@ static inline float disc_gelu(float x) {
   const float sq = ax * ax;
   const float lo = std::fma(ax, ax, -sq);
   float erfc = t * p * disc_exp_nonpositive(-0.5f * sq) * (1.0f - 0.5f * lo);
-  erfc = ax < 13.0f ? erfc : 0.0f;  // ax is NaN for a NaN x: 0 here, NaN in the result
+  const float big = std::fabs(x);
+  erfc = big < 13.0f ? erfc : big - big;  // 0 for a finite tail, NaN for inf and NaN
   return 0.5f * x * (x >= 0.0f ? 2.0f - erfc : erfc);
 }
 template <class T> static inline T disc_pow(T a, T b) {

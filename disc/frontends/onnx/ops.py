@@ -30,6 +30,7 @@ from disc.ir.builder import (
     elementwise,
     log_softmax,
     mean,
+    normalize,
     reduce,
     reshape,
     select,
@@ -292,9 +293,7 @@ def _batch_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, mea
 def _instance_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, epsilon: float = 1e-5) -> Node:
     x = imp.tensor(x)
     axes = list(range(2, x.tensor_type.rank))
-    centred = elementwise(imp, "sub", [x, mean(imp, x, axes, True)], x.dtype)
-    var = mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes, True)
-    out = elementwise(imp, "mul", [centred, imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))], x.dtype)
+    out = normalize(imp, x, axes, epsilon)[0]
     dims = {"dims": (1,)}
     out = elementwise(imp, "mul", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(scale), *imp.sizes(x.shape)), dims)], x.dtype)
     return elementwise(imp, "add", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(bias), *imp.sizes(x.shape)), dims)], x.dtype)
@@ -305,11 +304,8 @@ def _layer_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any = No
     x = imp.tensor(x)
     rank = x.tensor_type.rank
     axes = list(range(normalize_axis(axis, rank, "LayerNormalization"), rank))
-    mu = mean(imp, x, axes, True)
-    centred = elementwise(imp, "sub", [x, mu], x.dtype)
-    var = mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), axes, True)
-    inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [var, epsilon], x.dtype),))
-    out = elementwise(imp, "mul", [elementwise(imp, "mul", [centred, inv], x.dtype), imp.tensor(scale)], x.dtype)
+    normed, mu, inv = normalize(imp, x, axes, epsilon)
+    out = elementwise(imp, "mul", [normed, imp.tensor(scale)], x.dtype)
     out = out if bias is None else elementwise(imp, "add", [out, imp.tensor(bias)], x.dtype)
     return [out, mu, inv]  # the optional outputs: the mean and the inverse deviation (keepdim shapes)
 

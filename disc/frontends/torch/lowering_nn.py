@@ -15,7 +15,7 @@ import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import _where, aten, lower, meta_dtype, meta_of, norm_axis, reduce_dims
-from disc.ir.builder import broadcast_to, convert, elementwise, log_softmax, mean, numel_of, reduce, reshape, scalar, softmax
+from disc.ir.builder import broadcast_to, convert, elementwise, log_softmax, mean, normalize, numel_of, reduce, reshape, scalar, softmax
 from disc.ir.graph import Node
 from disc.shape.expr import as_expr
 
@@ -144,11 +144,7 @@ def _log_softmax(ctx: Importer, fx_node, x: Node, dim: int, half_to_float: bool 
 def _layer_norm(ctx: Importer, fx_node, x: Node, normalized_shape: Sequence[Any], weight: Any, bias: Any, eps: float) -> list[Node]:
     rank = x.tensor_type.rank
     axes = list(range(rank - len(normalized_shape), rank))
-    mu = mean(ctx, x, axes, True)
-    centered = elementwise(ctx, "sub", [x, mu], x.dtype)
-    var = mean(ctx, elementwise(ctx, "mul", [centered, centered], x.dtype), axes, True)
-    rstd = ctx.graph.add("rsqrt", (elementwise(ctx, "add", [var, float(eps)], x.dtype),))
-    out = elementwise(ctx, "mul", [centered, rstd], x.dtype)
+    out, mu, rstd = normalize(ctx, x, axes, eps)
     if weight is not None:
         out = elementwise(ctx, "mul", [out, weight], x.dtype)
     if bias is not None:
