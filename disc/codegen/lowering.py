@@ -460,6 +460,14 @@ class _Lowering:
         view_bases = {v.base for v in folded.values()}
         results = self._fold_results(plan, folded)
         skipped = {n for v in results.values() for n in self._chain(v.base)} if results else set()
+        # Every kernel computing each node: a value read by a cheap op that this kernel recomputes
+        # is still written out when another kernel (the cheap op's own, as a program output)
+        # computes that reader and reads the value from memory.
+        computed_by: dict[Node, list[set[Node]]] = {}
+        for grp in plan.groups:
+            members = {n for n in grp.nodes if n not in folded and n not in skipped}
+            for n in members:
+                computed_by.setdefault(n, []).append(members)
         for grp in plan.groups:
             if grp.kind == "library":
                 node = next(n for n in grp.nodes if kernel_kind(n.op, n.type) == "library")
@@ -478,7 +486,7 @@ class _Lowering:
             for n in nodes:
                 if is_cheap(n) and not own:
                     continue  # recomputed here; written out only by its own group, if any
-                outside = any(u not in members and u not in folded for u in self.users[n])
+                outside = any(u not in folded and any(n not in other for other in computed_by.get(u, [set()])) for u in self.users[n])
                 if n in self.outputs or outside or n in view_bases:
                     outputs.append(n)
             inputs: list[Node] = []

@@ -263,6 +263,31 @@ def test_an_empty_reduced_axis_is_refused_by_name() -> None:
         ex.run([torch.zeros(2, 0)])
 
 
+COLUMN_SUM_SPREAD_AND_RETURNED = """func @spread(%x: f32[n, m]) {
+  sym n in [0, inf]
+  sym m in [0, inf]
+  %0 = dim(%x) {axis=0} : index(n)
+  %1 = dim(%x) {axis=1} : index(m)
+  %2 = reduce(%x) {dims=[0], keepdim=true, kind="sum"} : f32[1, m]
+  %3 = broadcast_in_dim(%2, %0, %1) {dims=[0, 1]} : f32[n, m]
+  %4 = neg(%3) : f32[n, m]
+  return %3, %4
+}"""
+
+
+def test_a_reduction_read_by_a_returned_broadcast_is_written_out():
+    """Found by the graph fuzzer: the broadcast of a column sum is recomputed inside the sum's
+    kernel for its negation and also written by a kernel of its own, as a program output; that
+    kernel reads the sum from memory, which nothing wrote ('%2 (reduce) is read but never
+    materialised', a compile failure)."""
+    g = parse_graph(COLUMN_SUM_SPREAD_AND_RETURNED)
+    ex = NativeExecutor(g, build_native(g))
+    for shape in [(1, 1), (3, 5), (4, 37)]:
+        x = torch.randn(*shape)
+        for got, want in zip(ex.run([x]), ReferenceExecutor(g).run([x])):
+            torch.testing.assert_close(got, want)
+
+
 DECLARED_REFUSALS = """func @two_refused(%x: f32[n, 4], %v: f32[1, 2, n, 5, 5], %k: f32[3, 2, 2, 2, 2]) {
   sym n in [2, inf]
   %0 = cumsum(%x) {axis=1} : f32[n, 4]
