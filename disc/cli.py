@@ -1,4 +1,5 @@
-"""Command line: ``python -m disc demo`` (the main job) and ``python -m disc ops``."""
+"""Command line: ``disc demo`` (the main job), ``disc compile``/``explain`` for ONNX files,
+``disc run`` (a saved program, numpy alone) and ``disc ops``."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import argparse
 import statistics
 import sys
 import time
-
-import torch
+from typing import Any
 
 # The demo's shape stream: batch 1-8, sequence 1-384, 1-sized dims included.
 DEMO_STREAM = [(1, 8), (4, 64), (1, 1), (8, 128), (2, 33), (3, 384), (8, 1), (1, 200), (5, 77), (2, 256), (7, 16), (4, 300)]
@@ -23,6 +23,8 @@ def _median_ms(fn, args, repeats: int) -> float:
 
 
 def demo(model_name: str = "bert", variant: str = "small", repeats: int = 3) -> int:
+    import torch
+
     import disc
     from disc.models import MODELS
 
@@ -72,6 +74,8 @@ def _deploy(cm, entry) -> bool:
     import tempfile
     from pathlib import Path
 
+    import torch
+
     import disc_runtime
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,19 +108,79 @@ def list_ops() -> int:
     return 0
 
 
+def _dynamic(specs: list[str]) -> dict[str, dict[int, str | int]]:
+    """``NAME:AXIS=SYMBOL`` (or ``=SIZE`` to pin the dim) as ``disc.onnx.compile``'s ``dynamic=``."""
+    out: dict[str, dict[int, str | int]] = {}
+    for spec in specs:
+        name, sep, rest = spec.rpartition(":")
+        axis, eq, dim = rest.partition("=")
+        if not sep or not eq or not axis.isdigit() or not dim:
+            raise SystemExit(f"disc: --dynamic {spec!r}: write NAME:AXIS=SYMBOL (or NAME:AXIS=SIZE)")
+        out.setdefault(name, {})[int(axis)] = int(dim) if dim.isdigit() else dim
+    return out
+
+
+def _values(specs: list[str]) -> dict[str, Any] | None:
+    import numpy as np
+
+    out = {}
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        if not eq:
+            raise SystemExit(f"disc: --value {spec!r}: write NAME=FILE.npy")
+        try:
+            out[name] = np.load(path, allow_pickle=False)  # nothing is executed from data files
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"disc: cannot read {path}: {e}") from None
+    return out or None
+
+
+def compile_onnx(path: str, folder: str | None, dynamic: list[str], values: list[str], explain: bool) -> int:
+    import disc.onnx
+    from disc.errors import DiscError
+
+    start = time.perf_counter()
+    try:
+        prog = disc.onnx.compile(path, dynamic=_dynamic(dynamic), values=_values(values))
+        if isinstance(prog, disc.onnx.ValueSpecializedProgram):
+            print(f"disc: {path} uses the values of input(s) {prog.value_inputs} as shapes; give them with --value NAME=FILE.npy", file=sys.stderr)
+            return 2
+        if explain:
+            print(prog.report.text())
+            return 0
+        saved = prog.save(folder)
+    except DiscError as e:
+        print(f"disc: {e}", file=sys.stderr)
+        return 1
+    print(f"compiled {path} in {time.perf_counter() - start:.2f} s; saved to {saved}")
+    print(f"run it with numpy alone: disc run {saved} --input {prog.input_names[0]}=FILE.npy ...")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # the standalone runner's own options
+        from disc_runtime.cli import main as run_main
+
+        return run_main(argv[1:])
     parser = argparse.ArgumentParser(prog="disc", description="disc: a dynamic-shape deep-learning compiler")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="compile a built-in BERT-style encoder once and run it over a stream of shapes")
     d.add_argument("--model", default="bert", choices=["bert", "gpt2", "llama", "t5_encoder"])
     d.add_argument("--variant", default="small")
     d.add_argument("--repeats", type=int, default=3)
+    for cmd, text in (("compile", "compile an ONNX model once for all its shapes and save the program"), ("explain", "compile an ONNX model and print what disc made of it")):
+        c = sub.add_parser(cmd, help=text)
+        c.add_argument("model", help="the .onnx file")
+        if cmd == "compile":
+            c.add_argument("-o", "--output", required=True, help="the folder to write the program to")
+        c.add_argument("--dynamic", action="append", default=[], metavar="NAME:AXIS=SYMBOL", help="name (or pin, with a number) an input's dim")
+        c.add_argument("--value", action="append", default=[], metavar="NAME=FILE.npy", help="an input fixed at compile time (one used as a shape)")
+    sub.add_parser("run", help="run a saved program on .npy files with numpy alone (disc run --help)")
     sub.add_parser("ops", help="list the IR ops of the registry")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         return demo(args.model, args.variant, args.repeats)
+    if args.cmd in ("compile", "explain"):
+        return compile_onnx(args.model, getattr(args, "output", None), args.dynamic, args.value, args.cmd == "explain")
     return list_ops()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

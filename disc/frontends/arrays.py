@@ -85,9 +85,20 @@ def known(v: Any) -> np.ndarray | None:
     return None
 
 
+class NeedsValue(LoweringError):
+    """An input's values are used as a shape, axes or count (a Reshape's shape fed by the caller):
+    the program is compiled for those values (``input`` names it)."""
+
+    def __init__(self, what: str, input: str) -> None:
+        super().__init__(f"{what} comes from input {input!r}: the program is compiled for its values")
+        self.input = input
+
+
 def known_ints(v: Any, what: str) -> list[int]:
     """``v`` as a flat list of ints; it must be known at compile time."""
     k = known(v)
+    if k is None and isinstance(v, Node) and v.op == "input":
+        raise NeedsValue(what, v.name)
     if k is None:
         raise LoweringError(f"{what} must be known when the model is compiled (a constant), not computed at run time")
     return [int(x) for x in np.asarray(k).reshape(-1)]

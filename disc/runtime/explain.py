@@ -7,10 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from disc.codegen.cpu.build import step_profile
 from disc.codegen.cpu.program import KernelCall
 from disc.codegen.lowering import LibraryStep, distinct_kernels
-from disc.runtime.native import step_profile
-from disc.runtime.ral import load_ral
+
+
+def _gemm_library() -> str:
+    try:  # the RAL's Python binding runs through torch; without it the program runs in disc_runtime
+        from disc.runtime.ral import load_ral
+    except ImportError:
+        return "the runtime library's GEMM"
+    return load_ral().gemm_library
 
 
 def describe_native(native: Any) -> list[str]:
@@ -21,7 +28,7 @@ def describe_native(native: Any) -> list[str]:
         "-- backend: native CPU program --",
         f"  built in {native.seconds:.2f}s ({'from the cache' if native.build.cached else 'compiled'}); source: {native.build.source_path}",
         f"  per call: {counts['memory_bound']} memory-bound kernels ({len(src.kernels)} distinct functions), "
-        f"{counts['library']} library calls ({load_ral().gemm_library})",
+        f"{counts['library']} library calls ({_gemm_library()})",
         f"  GEMM operands read through strides instead of copies: {lp.describe_folded_views()}",
         *[f"  {s.node.op} %{s.node.name} computes its epilogue: {s.epilogue.describe()}" for s in lp.steps if isinstance(s, LibraryStep) and s.epilogue is not None],
         "",

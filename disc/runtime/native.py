@@ -26,7 +26,7 @@ from disc.codegen.cpu.build import NativeBuild as NativeBuild
 from disc.codegen.cpu.build import NativeSignature as NativeSignature
 from disc.codegen.cpu.build import build_native as build_native
 from disc.codegen.cpu.build import build_options as build_options
-from disc.codegen.cpu.kernel import MAX_VERSIONS
+from disc.codegen.cpu.build import step_profile as step_profile
 from disc.codegen.cpu.ops import PRELUDE
 from disc.codegen.cpu.signature import signature_text
 from disc.codegen.cpu.toolchain import warm_prelude
@@ -55,32 +55,6 @@ def warm_toolchain() -> list[Path]:
     if prelude is not None:
         folders.append(prelude.parent)
     return folders
-
-
-def step_profile(native: NativeBuild) -> list[dict]:
-    """Per step of a profiling build: what it is, total nanoseconds and calls per speculation version.
-
-    The counters live in the loaded library and add up over every call of the
-    program in this process (read twice and subtract to time a stretch).
-    """
-    lib = ctypes.CDLL(str(native.build.path))  # the already loaded library: the same counters
-    try:
-        n = lib.disc_profile_steps()
-    except AttributeError:
-        raise RuntimeError("this program was built without profiling; use build_native(graph, profile=True) or DISC_PROFILE=1") from None
-    ns = (ctypes.c_int64 * max(n, 1)).in_dll(lib, "disc_profile_ns")
-    hits = (ctypes.c_int64 * (MAX_VERSIONS * max(n, 1))).in_dll(lib, "disc_profile_hits")
-    out = []
-    for k, call in enumerate(native.source.calls):
-        kernel = getattr(call, "kernel", None)
-        if kernel is not None:
-            what = f"{kernel.name} -> %{call.step.group.nodes[-1].name}"
-        else:
-            epilogue = getattr(call, "epilogue", None)
-            what = f"{call.node.op} %{call.node.name}" + (f" {epilogue.describe()}" if epilogue is not None else "")
-        versions = kernel.versions if kernel is not None else ["library"]
-        out.append({"step": k, "what": what, "ns": ns[k], "calls": {v: hits[MAX_VERSIONS * k + i] for i, v in enumerate(versions)}})
-    return out
 
 
 def _torch_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

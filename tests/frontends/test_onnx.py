@@ -249,3 +249,70 @@ def test_a_compiled_onnx_program_saves_and_runs_with_numpy_alone(tmp_path):
     x, mask = _text_inputs(np.random.default_rng(10), 3, 11)
     for g, w in zip(loaded.run(x, mask), prog(x, mask)):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def _shape_from_the_caller() -> onnx.ModelProto:
+    """y = ReduceSum(Reshape(x, shape), axes) + 1: both the shape and the axes are inputs."""
+    n = helper.make_node
+    nodes = [n("Reshape", ["x", "shape"], ["r"]), n("ReduceSum", ["r", "axes"], ["s"], keepdims=0), n("Add", ["s", "one"], ["y"])]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6]),
+        helper.make_tensor_value_info("shape", TensorProto.INT64, [3]),
+        helper.make_tensor_value_info("axes", TensorProto.INT64, [1]),
+    ]
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    return _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "k"])], [one])
+
+
+def test_inputs_used_as_shapes_compile_per_value_and_other_dims_stay_symbolic(tmp_path):
+    """Issue 46: a Reshape's shape and a ReduceSum's axes passed by the caller were refused
+    ('must be known when the model is compiled'). The program now compiles at its first call
+    for those values (both inputs found, one after the other), reuses that version while they
+    repeat, whatever the other input's shape, and compiles again for new values."""
+    m = _shape_from_the_caller()
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    prog = disc.onnx.compile(m)
+    assert isinstance(prog, disc.onnx.ValueSpecializedProgram)
+    rng = np.random.default_rng(0)
+    calls = [((-1, 2, 3), (1,)), ((-1, 2, 3), (1,)), ((-1, 2, 3), (1,)), ((-1, 3, 2), (2,)), ((-1, 2, 3), (1,))]
+    for rows, (shape, axes) in zip((1, 4, 7, 4, 2), calls):
+        feeds = {"x": rng.standard_normal((rows, 6)).astype(np.float32), "shape": np.array(shape, np.int64), "axes": np.array(axes, np.int64)}
+        (got,) = prog(**feeds)
+        np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+    assert prog.value_inputs == ["shape", "axes"]
+    assert prog.compilations == 2  # one per distinct (shape, axes); the row count never recompiles
+    with pytest.raises(disc.CompileError, match=r"values="):
+        prog.save(tmp_path / "p")
+    fixed = disc.onnx.compile(m, values={"shape": np.array([-1, 2, 3]), "axes": np.array([1])})
+    assert fixed.input_names == ["x"]
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    np.testing.assert_allclose(fixed(x)[0], sess.run(None, {"x": x, "shape": np.array([-1, 2, 3]), "axes": np.array([1])})[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(disc.CompileError, match=r"input 'shape' is i64 in the model; its value is int32"):
+        disc.onnx.compile(m, values={"shape": np.array([-1, 2, 3], np.int32), "axes": np.array([1])})
+    with pytest.raises(disc.CompileError, match=r"input 'axes'.*give it in values="):
+        disc.onnx.compile(m, values={"shape": np.array([-1, 2, 3])})
+
+
+def test_the_command_line_compiles_explains_saves_and_runs_an_onnx_file(tmp_path, capsys):
+    """Issue 46 part 6: disc compile model.onnx -o folder (values of shape inputs from .npy),
+    disc explain model.onnx, disc run folder --input x=x.npy (numpy alone), against ONNX Runtime."""
+    from disc.cli import main
+
+    m = _shape_from_the_caller()
+    path, folder, out = tmp_path / "m.onnx", tmp_path / "m.disc", tmp_path / "out"
+    onnx.save(m, str(path))
+    np.save(tmp_path / "shape.npy", np.array([-1, 3, 2]))
+    np.save(tmp_path / "axes.npy", np.array([2]))
+    x = np.random.default_rng(1).standard_normal((3, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["compile", str(path), "-o", str(folder)]) == 2  # the shape inputs' values are needed
+    assert "--value" in capsys.readouterr().err
+    values = ["--value", f"shape={tmp_path / 'shape.npy'}", "--value", f"axes={tmp_path / 'axes.npy'}"]
+    assert main(["explain", str(path), "--dynamic", "x:0=rows", *values]) == 0
+    assert "rows" in capsys.readouterr().out
+    assert main(["compile", str(path), "-o", str(folder), "--dynamic", "x:0=rows", *values]) == 0
+    assert main(["run", str(folder), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(out)]) == 0
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x, "shape": np.array([-1, 3, 2]), "axes": np.array([2])})[0]
+    np.testing.assert_allclose(np.load(out / "output0.npy"), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(SystemExit, match="NAME:AXIS=SYMBOL"):
+        main(["compile", str(path), "-o", str(folder), "--dynamic", "x:zero=rows"])

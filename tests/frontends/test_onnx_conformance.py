@@ -26,11 +26,11 @@ from onnx_conformance import run  # noqa: E402
 
 # (category, case names (regex), least ok): the node cases in four slices for the test workers.
 SLICES = [
-    ("node", r"^test_[a-c]", 152),
-    ("node", r"^test_[d-k]", 109),
-    ("node", r"^test_[l-r]", 213),
-    ("node", r"^test_[s-z]", 106),
-    ("simple", ".", 2),
+    ("node", r"^test_[a-c]", 155),
+    ("node", r"^test_[d-k]", 119),
+    ("node", r"^test_[l-r]", 349),
+    ("node", r"^test_[s-z]", 145),
+    ("simple", ".", 6),
     ("pytorch-converted", ".", 75),
     ("pytorch-operator", ".", 33),
     ("light models", ".", 9),

@@ -9,11 +9,13 @@ The executor that runs a build on torch tensors is ``runtime/native.py``; the st
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
 from dataclasses import dataclass
 
+from disc.codegen.cpu.kernel import MAX_VERSIONS
 from disc.codegen.cpu.program import NativeSource, build_options, native_source
 from disc.codegen.cpu.toolchain import BuildResult, build
 from disc.codegen.lowering import LoweredProgram
@@ -96,3 +98,29 @@ def build_native(graph: Graph, *, profile: bool | None = None) -> NativeBuild:
     lowered, source = native_source(graph)
     result = build(source.text, f"disc_{graph.name}", **build_options(profile))
     return NativeBuild(result, time.perf_counter() - start, profile, NativeSignature.of(lowered, source), graph, lowered, source)
+
+
+def step_profile(native: NativeBuild) -> list[dict]:
+    """Per step of a profiling build: what it is, total nanoseconds and calls per speculation version.
+
+    The counters live in the loaded library and add up over every call of the
+    program in this process (read twice and subtract to time a stretch).
+    """
+    lib = ctypes.CDLL(str(native.build.path))  # the already loaded library: the same counters
+    try:
+        n = lib.disc_profile_steps()
+    except AttributeError:
+        raise RuntimeError("this program was built without profiling; use build_native(graph, profile=True) or DISC_PROFILE=1") from None
+    ns = (ctypes.c_int64 * max(n, 1)).in_dll(lib, "disc_profile_ns")
+    hits = (ctypes.c_int64 * (MAX_VERSIONS * max(n, 1))).in_dll(lib, "disc_profile_hits")
+    out = []
+    for k, call in enumerate(native.source.calls):
+        kernel = getattr(call, "kernel", None)
+        if kernel is not None:
+            what = f"{kernel.name} -> %{call.step.group.nodes[-1].name}"
+        else:
+            epilogue = getattr(call, "epilogue", None)
+            what = f"{call.node.op} %{call.node.name}" + (f" {epilogue.describe()}" if epilogue is not None else "")
+        versions = kernel.versions if kernel is not None else ["library"]
+        out.append({"step": k, "what": what, "ns": ns[k], "calls": {v: hits[MAX_VERSIONS * k + i] for i, v in enumerate(versions)}})
+    return out

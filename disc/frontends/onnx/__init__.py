@@ -19,18 +19,22 @@ PyTorch frontend's; where it is not, the native CPU program is built, written an
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from disc.errors import CompileError
-from disc.frontends.arrays import apply_constraints, bind_inputs, compile_array_graph
+from disc.frontends.arrays import NeedsValue, apply_constraints, bind_inputs, compile_array_graph, to_numpy
 from disc.frontends.onnx.importer import OnnxImporter, add_inputs
 from disc.frontends.onnx.ops import OPS
 from disc.ir.builder import LoweringError
 
-__all__ = ["OnnxProgram", "compile", "import_model", "supported_ops"]
+__all__ = ["OnnxProgram", "ValueSpecializedProgram", "compile", "import_model", "supported_ops"]
 
 
 def supported_ops() -> list[str]:
@@ -69,8 +73,13 @@ def _attributes(node: Any) -> dict[str, Any]:
     return out
 
 
-def import_model(model: Any, dynamic: Mapping[str, Mapping[int, str | int]] | None = None) -> tuple[OnnxImporter, list[str], list[str]]:
-    """``model``'s main graph as disc IR: the importer (its ``graph``), input names, output names."""
+def import_model(
+    model: Any,
+    dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> tuple[OnnxImporter, list[str], list[str]]:
+    """``model``'s main graph as disc IR: the importer (its ``graph``), input names, output names.
+    ``values``: inputs given at compile time (they are constants of the program, not its inputs)."""
     from onnx import numpy_helper
 
     proto = _load(model)
@@ -87,7 +96,7 @@ def import_model(model: Any, dynamic: Mapping[str, Mapping[int, str | int]] | No
     imp = OnnxImporter(g.name or "onnx_model", opset)
     initializers = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     try:
-        inputs = add_inputs(imp, g, set(initializers), dict(dynamic or {}))
+        inputs = add_inputs(imp, g, set(initializers), dict(dynamic or {}), values)
     except LoweringError as e:
         raise CompileError(str(e)) from None
     imp.values.update(initializers)
@@ -101,6 +110,8 @@ def import_model(model: Any, dynamic: Mapping[str, Mapping[int, str | int]] | No
         operands = [imp.values[name] if name else None for name in node.input]
         try:
             result = fn(imp, node, *operands, **_attributes(node))
+        except NeedsValue:
+            raise
         except (LoweringError, ValueError, TypeError, KeyError) as e:
             raise CompileError(f"{where}: {type(e).__name__}: {e}") from None
         results = result if isinstance(result, list) else [result]
@@ -139,19 +150,87 @@ class OnnxProgram:
         return self.runner.save(folder)
 
 
+class ValueSpecializedProgram:
+    """An ONNX model that uses some inputs' *values* as shapes, axes or counts (a ``Reshape`` whose
+    shape, a ``ReduceSum`` whose axes, a ``Trilu`` whose k the caller passes): compiled at the
+    first call for those values, as constants, and again for each new set of them (the last
+    ``MAX_VERSIONS`` are kept). The other inputs keep their symbolic shapes. Pass
+    ``values={"shape": ...}`` to ``disc.onnx.compile`` to compile (and save) one version ahead."""
+
+    MAX_VERSIONS = 8
+
+    def __init__(self, proto: Any, input_names: list[str], output_names: list[str], needed: str, options: dict[str, Any]) -> None:
+        self.proto = proto
+        self.input_names = input_names
+        self.output_names = output_names
+        self.value_inputs = [needed]  # grows when a version finds another such input
+        self.options = options
+        self.versions: OrderedDict[tuple, OnnxProgram] = OrderedDict()
+        self.compilations = 0
+        self._lock = threading.Lock()
+
+    def _version(self, bound: dict[str, Any]) -> OnnxProgram:
+        with self._lock:
+            while True:
+                arrays = {n: to_numpy(bound[n]) if hasattr(bound[n], "detach") else np.asarray(bound[n]) for n in self.value_inputs}
+                key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in arrays.items())
+                prog = self.versions.get(key)
+                if prog is not None:
+                    self.versions.move_to_end(key)
+                    return prog
+                try:
+                    prog = _compile(self.proto, arrays, **self.options)
+                except NeedsValue as e:  # another input is used as a shape too
+                    self.value_inputs.append(e.input)
+                    continue
+                self.compilations += 1
+                self.versions[key] = prog
+                if len(self.versions) > self.MAX_VERSIONS:
+                    self.versions.popitem(last=False)
+                return prog
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
+        bound = dict(zip(self.input_names, bind_inputs(self.input_names, args, kwargs)))
+        prog = self._version(bound)
+        return prog(*(bound[n] for n in prog.input_names))
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        raise CompileError(
+            f"this model uses the values of input(s) {self.value_inputs} as shapes, so it is compiled per value; "
+            f"compile with disc.onnx.compile(model, values={{{self.value_inputs[0]!r}: ...}}) to save the program for those values"
+        )
+
+
 def compile(
     model: Any,
     dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
     constraints: Any = None,
     backend: str | None = None,
-) -> OnnxProgram:
-    """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) once for every shape."""
+    values: Mapping[str, Any] | None = None,
+) -> OnnxProgram | ValueSpecializedProgram:
+    """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``) once for every shape.
+
+    ``values``: inputs fixed at compile time (they leave the program's inputs). A model that
+    uses an input's values as a shape compiles at its first call instead, for those values
+    (``ValueSpecializedProgram``)."""
+    proto = _load(model)
+    try:
+        return _compile(proto, values, dynamic, constraints, backend)
+    except NeedsValue as e:
+        if values:
+            raise CompileError(f"{e}; give it in values= too") from None
+        names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+        options = {"dynamic": dynamic, "constraints": constraints, "backend": backend}
+        return ValueSpecializedProgram(proto, names, [o.name for o in proto.graph.output], e.input, options)
+
+
+def _compile(proto: Any, values: Mapping[str, Any] | None, dynamic: Any, constraints: Any, backend: str | None) -> OnnxProgram:
+    """One program; NeedsValue where an input not in ``values`` is used as a shape."""
     from disc.shape.user import parse_user_constraints
 
     start = time.perf_counter()
     ranges, facts = parse_user_constraints(constraints)
-    imp, inputs, outputs = import_model(model, dynamic)
-    graph = imp.graph
-    apply_constraints(graph, ranges, facts)
-    runner, report = compile_array_graph(graph, inputs, len(outputs), "disc.onnx", backend, start)
+    imp, inputs, outputs = import_model(proto, dynamic, values)
+    apply_constraints(imp.graph, ranges, facts)
+    runner, report = compile_array_graph(imp.graph, inputs, len(outputs), "disc.onnx", backend, start)
     return OnnxProgram(runner, inputs, outputs, report)

@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from disc.frontends.arrays import ArrayBuilder, DimValue, ShapeValue
 from disc.ir.builder import LoweringError
-from disc.ir.types import TensorType
+from disc.ir.types import TensorType, dtype_of_numpy
 from disc.shape.expr import DimLike, SymExpr
 
 __all__ = ["ELEM_TYPES", "DimValue", "OnnxImporter", "ShapeValue", "add_inputs"]
@@ -40,20 +42,32 @@ def _dims(value_info: Any) -> list[Any]:
     return [d for d in value_info.type.tensor_type.shape.dim]
 
 
-def add_inputs(imp: OnnxImporter, graph: Any, initializers: set[str], dynamic: Mapping[str, Mapping[int, str | int]]) -> list[str]:
-    """Declare the graph's inputs (initializers excepted); returns their names in order."""
+def add_inputs(
+    imp: OnnxImporter,
+    graph: Any,
+    initializers: set[str],
+    dynamic: Mapping[str, Mapping[int, str | int]],
+    values: Mapping[str, np.ndarray] | None = None,
+) -> list[str]:
+    """Declare the graph's inputs (initializers and ``values`` excepted: those are compile-time
+    arrays); returns the names of the program's inputs in order."""
     c = imp.graph.constraints
     symbols: dict[str, SymExpr] = {}
     names = []
-    unknown = sorted(set(dynamic) - {i.name for i in graph.input})
-    if unknown:
-        raise LoweringError(f"dynamic names input(s) {unknown}; the model's inputs are {[i.name for i in graph.input if i.name not in initializers]}")
+    values = values or {}
+    for what, given in (("dynamic", dynamic), ("values", values)):
+        unknown = sorted(set(given) - {i.name for i in graph.input})
+        if unknown:
+            raise LoweringError(f"{what} names input(s) {unknown}; the model's inputs are {[i.name for i in graph.input if i.name not in initializers]}")
     for vi in graph.input:
         if vi.name in initializers:
             continue
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type") or tt.elem_type not in ELEM_TYPES:
             raise LoweringError(f"input {vi.name!r}: element type {tt.elem_type} is not one disc runs ({sorted(ELEM_TYPES.values())})")
+        if vi.name in values:
+            imp.values[vi.name] = _value_input(vi, values[vi.name])
+            continue
         if not tt.HasField("shape"):
             raise LoweringError(f"input {vi.name!r} has no rank in the model; give it a shape")
         shape: list[DimLike] = []
@@ -82,3 +96,22 @@ def add_inputs(imp: OnnxImporter, graph: Any, initializers: set[str], dynamic: M
         imp.values[vi.name] = node
         names.append(vi.name)
     return names
+
+
+def _value_input(vi: Any, value: Any) -> np.ndarray:
+    """An input given at compile time, checked against the model's declaration of it."""
+    arr = np.asarray(value)
+    want = ELEM_TYPES[vi.type.tensor_type.elem_type]
+    try:
+        have = dtype_of_numpy(arr.dtype)
+    except TypeError:
+        have = str(arr.dtype)
+    if have != want:
+        raise LoweringError(f"input {vi.name!r} is {want} in the model; its value is {arr.dtype}")
+    dims = _dims(vi)
+    if vi.type.tensor_type.HasField("shape") and len(dims) != arr.ndim:
+        raise LoweringError(f"input {vi.name!r} has rank {len(dims)} in the model; its value has rank {arr.ndim}")
+    for axis, d in enumerate(dims):
+        if d.HasField("dim_value") and d.dim_value != arr.shape[axis]:
+            raise LoweringError(f"input {vi.name!r} dim {axis} is {d.dim_value} in the model; its value's is {arr.shape[axis]}")
+    return arr
