@@ -288,6 +288,32 @@ def test_a_reduction_read_by_a_returned_broadcast_is_written_out():
             torch.testing.assert_close(got, want)
 
 
+WRAPPING_COMPARISON = """func @wrap(%x: i32[n], %y: i32[n]) {
+  sym n in [0, inf]
+  %0 = add(%x, %y) : i32[n]
+  %1 = add(%x, %0) : i32[n]
+  %2 = lt(%x, %1) : i1[n]
+  %3 = select(%2, %x, %y) : i32[n]
+  %4 = mul(%x, %x) : i32[n]
+  %5 = neg(%x) : i32[n]
+  %6 = abs(%x) : i32[n]
+  return %3, %4, %5, %6
+}"""
+
+
+def test_integer_arithmetic_wraps_as_torch_and_is_never_assumed_not_to():
+    """Found by the graph fuzzer: signed overflow is undefined in C++, and GCC folded
+    x < x + (x + y) into 0 < x + y, so with x = INT_MIN, y = 0 (where x + x wraps to 0) the
+    select took y: 0 where torch gives INT_MIN. Integer add/sub/mul/neg/abs now wrap explicitly."""
+    g = parse_graph(WRAPPING_COMPARISON)
+    ex = NativeExecutor(g, build_native(g))
+    lo, hi = torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max
+    x = torch.tensor([lo, hi, lo + 1, -1, 0, 46341], dtype=torch.int32)
+    y = torch.tensor([0, 1, lo, hi, lo, 7], dtype=torch.int32)
+    for got, want in zip(ex.run([x, y]), ReferenceExecutor(g).run([x, y])):
+        assert torch.equal(got, want), (got, want)
+
+
 DECLARED_REFUSALS = """func @two_refused(%x: f32[n, 4], %v: f32[1, 2, n, 5, 5], %k: f32[3, 2, 2, 2, 2]) {
   sym n in [2, inf]
   %0 = cumsum(%x) {axis=1} : f32[n, 4]

@@ -46,6 +46,7 @@ from disc.codegen.cpu.ops import (
     C_TYPES,
     FLOATS,
     INT_DIVISION,
+    INT_WRAPPING,
     NARROW,
     REDUCE_INIT,
     REDUCE_INIT_INT,
@@ -73,6 +74,7 @@ from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
 from disc.ir.ops.reduction import spreads_back_onto_its_rows
 from disc.ir.registry import ELEMENTWISE, get_spec
+from disc.ir.types import INT_DTYPES
 
 PARALLEL_MIN_ELEMENTS = 32768  # below this a parallel region costs more than it saves
 ROW_CACHE_MAX = 8192  # elements per cached row: a few of them fit L1/L2 and the stack of a worker thread
@@ -228,6 +230,8 @@ class _Emitter(IndexEmitter):
         spec = get_spec(op)
         if op == "exp" and minus_its_max(n.inputs[0]):
             return f"disc_exp_nonpositive_arg({self.value(n.inputs[0], idx)})"
+        if op in INT_WRAPPING and n.dtype in INT_DTYPES:
+            return INT_WRAPPING[op].format(*(self.value(x, idx) for x in n.inputs))
         if op in UNARY:
             return UNARY[op].format(self.value(n.inputs[0], idx))
         if op == "div" and n.dtype in FLOATS and self._row_invariant(n.inputs[1]):

@@ -84,6 +84,17 @@ INT_DIVISION = {
     "fmod": "disc_int_fmod({0}, {1}, s.fault)",
 }
 
+# Integer add, sub, mul, neg and abs wrap around as torch's do. Written through unsigned
+# arithmetic: signed overflow is undefined in C++, and GCC used that to fold
+# `x < x + (x + y)` into `0 < x + y`, which differs where the sum wraps (a wrong answer).
+INT_WRAPPING = {
+    "add": "disc_wrap_add({0}, {1})",
+    "sub": "disc_wrap_sub({0}, {1})",
+    "mul": "disc_wrap_mul({0}, {1})",
+    "neg": "disc_wrap_neg({0})",
+    "abs": "disc_wrap_abs({0})",
+}
+
 BINARY = {
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
@@ -308,6 +319,14 @@ template <class T> static inline T disc_floor_div(T a, T b) {
 }
 template <class T> static inline T disc_remainder(T a, T b) { T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 template <class T> static inline T disc_fmod(T a, T b) { return std::fmod(a, b); }
+// Integer arithmetic that wraps (INT_WRAPPING): unsigned, and at least as wide as unsigned int,
+// so 8- and 16-bit operands are not promoted to a signed int that could overflow.
+template <class T> using disc_wide_unsigned = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+template <class T> static inline T disc_wrap_add(T a, T b) { using U = disc_wide_unsigned<T>; return T(U(a) + U(b)); }
+template <class T> static inline T disc_wrap_sub(T a, T b) { using U = disc_wide_unsigned<T>; return T(U(a) - U(b)); }
+template <class T> static inline T disc_wrap_mul(T a, T b) { using U = disc_wide_unsigned<T>; return T(U(a) * U(b)); }
+template <class T> static inline T disc_wrap_neg(T a) { using U = disc_wide_unsigned<T>; return T(U(0) - U(a)); }
+template <class T> static inline T disc_wrap_abs(T a) { return a < T(0) ? disc_wrap_neg(a) : a; }
 // Integers divide through these (INT_DIVISION), never the float forms above.
 template <class T> static inline T disc_int_div(T a, T b, int32_t* fault) {
   if (b == 0) { __atomic_store_n(fault, 1, __ATOMIC_RELAXED); return 0; }
