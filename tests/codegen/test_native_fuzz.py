@@ -78,8 +78,17 @@ TRANSCENDENTAL_ULPS = 16.0
 # Periodic functions of a large argument are judged only below this size: their float
 # results there depend on the library's argument reduction, not on the compiler.
 PERIODIC = {"sin", "cos"}
-# Ops with jumps; a step whose operands' bounds reach across one is not judged.
-DISCONTINUOUS = {"floor", "ceil", "round", "sign", "remainder", "fmod", "floor_div"}
+# Ops with jumps, by the branch a value takes: a step whose operands' bounds reach another
+# branch (remainder(y - tiny, y) next to remainder(y, y) = 0) is not judged.
+BRANCH = {
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "round": torch.round,
+    "sign": torch.sign,
+    "remainder": lambda a, b: torch.floor(a / b),
+    "floor_div": lambda a, b: torch.floor(a / b),
+    "fmod": lambda a, b: torch.trunc(a / b),
+}
 PERIODIC_LIMIT = 1e4
 F32_EPS = 2.0**-24
 # float64 forms accurate where the registry's torch forms cancel (1 + erf(x/sqrt2) for negative x
@@ -145,6 +154,10 @@ def _deviation(at: torch.Tensor, centre: torch.Tensor) -> torch.Tensor:
     return torch.where(same, 0.0, torch.where(d.isnan(), math.inf, d))
 
 
+def _mixed_zeros(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a == 0) & (b == 0) & (a.signbit() != b.signbit())
+
+
 def _corners(fn, values: list[torch.Tensor], bounds: list[torch.Tensor]) -> torch.Tensor:
     centre = fn(*values)
     worst = torch.zeros_like(centre)
@@ -180,8 +193,10 @@ class Bounds:
         fn = TRUTH.get(op, get_spec(op).reference)
         value = fn(*values)
         moved = _corners(fn, values, bounds)
-        if op in DISCONTINUOUS:  # a jump within the operands' bounds (remainder(y - tiny, y)): any value near it may be right
-            moved = torch.where(moved > 2 * sum(bounds), math.inf, moved)
+        if op in BRANCH:
+            moved = torch.where(_corners(BRANCH[op], values, bounds) > 0, math.inf, moved)
+        if op in ("maximum", "minimum"):  # max(-0, +0) may be either zero
+            moved = torch.where(_mixed_zeros(*values), math.inf, moved)
         bound = moved + self.rounding(op, value)
         if op in INTERNAL_SCALE:
             bound = bound + TRANSCENDENTAL_ULPS * F32_EPS * INTERNAL_SCALE[op](values[0]).nan_to_num(posinf=0.0)
@@ -210,6 +225,10 @@ class Bounds:
         else:
             value = v.amax(axis, keepdim=True) if kind == "max" else v.amin(axis, keepdim=True)
             bound = e.amax(axis, keepdim=True)
+            # Which zero a row holding both signed zeros gives depends on the order of comparison.
+            zeros = v == 0
+            mixed = (zeros & v.signbit()).any(axis, keepdim=True) & (zeros & ~v.signbit()).any(axis, keepdim=True)
+            bound = torch.where(mixed & (value == 0), math.inf, bound)
         return value.expand_as(v), self.settle(value, bound).expand_as(v)
 
 
