@@ -104,6 +104,38 @@ def known_ints(v: Any, what: str) -> list[int]:
     return [int(x) for x in np.asarray(k).reshape(-1)]
 
 
+def arange(ctx: GraphBuilder, start: Any, limit: Any, delta: Any, dtype: str) -> Any:
+    """ONNX's Range, TensorFlow's Range: a numpy array where all three operands are known; an iota
+    over a symbolic count where the limit is a dim (start and a positive integer step known)."""
+    from disc.ir.builder import convert, elementwise
+    from disc.ir.types import numpy_dtype
+
+    ks, kl, kd = known(start), known(limit), known(delta)
+    if ks is not None and kl is not None and kd is not None:
+        if np.asarray(kd).item() == 0:
+            raise LoweringError("Range with a step of 0")
+        values = np.arange(np.asarray(ks).item(), np.asarray(kl).item(), np.asarray(kd).item())
+        if dtype == "bf16":  # numpy has no bfloat16 of its own: a float32 constant converted
+            return convert(ctx, ctx.graph.add_constant(values.astype(np.float32)), "bf16")
+        return values.astype(numpy_dtype(dtype))
+    for v in (start, limit, delta):
+        if known(v) is None and isinstance(v, Node) and v.op == "input":
+            raise NeedsValue("Range's start, limit and step", v.name)
+    lim = limit.dim if isinstance(limit, DimValue) else None
+    if ks is None or kd is None or lim is None or np.asarray(kd).item() <= 0 or dtype not in ("i32", "i64"):
+        raise LoweringError("Range with a start, step or limit computed at run time (a limit may be a dim), a step <= 0, or a non-integer dtype")
+    s, d = int(np.asarray(ks).item()), int(np.asarray(kd).item())
+    n = (as_expr(lim) - s + d - 1) // d
+    if not ctx.graph.constraints.prove_ge(n, 0):
+        ctx.graph.constraints.assume(n, ">=", 0, "Range: the limit must not be below the start")
+    out = ctx.graph.add("iota", (ctx.index(n),), {"dtype": dtype})
+    if d != 1:
+        out = elementwise(ctx, "mul", [out, np.array(d, numpy_dtype(dtype))], dtype)
+    if s != 0:
+        out = elementwise(ctx, "add", [out, np.array(s, numpy_dtype(dtype))], dtype)
+    return out
+
+
 def shape_dims(v: Any, what: str) -> list[DimLike]:
     """A shape operand as symbolic dims: a constant, or a shape value."""
     if isinstance(v, ShapeValue):

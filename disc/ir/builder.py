@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from disc.ir.graph import Graph, Node
+from disc.ir.types import FLOAT_DTYPES
 from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
 
 
@@ -209,6 +210,29 @@ def log_softmax(ctx: GraphBuilder, x: Node, axis: int) -> Node:
     shifted = elementwise(ctx, "sub", [x, reduce(ctx, x, [axis], "max", True)], x.dtype)
     total = reduce(ctx, ctx.graph.add("exp", (shifted,)), [axis], "sum", True)
     return elementwise(ctx, "sub", [shifted, ctx.graph.add("log", (total,))], x.dtype)
+
+
+def flip(ctx: GraphBuilder, x: Node, axis: int) -> Node:
+    """``x`` reversed along ``axis``: a gather at positions n-1, n-2, ... 0."""
+    n = x.shape[axis]
+    positions = ctx.graph.add("iota", (ctx.index(n),), {"dtype": "i64"})
+    last = ctx.graph.add("index_to_tensor", (ctx.index(as_expr(n) - 1),), {"dtype": "i64"})
+    return ctx.graph.add("index_select", (x, elementwise(ctx, "sub", [last, positions], "i64")), {"axis": axis})
+
+
+def cumulative_sum(ctx: GraphBuilder, x: Node, axis: int, exclusive: bool = False, reverse: bool = False) -> Node:
+    """Running sums along ``axis`` (ONNX CumSum, TensorFlow Cumsum): ``exclusive`` leaves each
+    element out of its own sum (a zero shifted in first, so sums stay exact), ``reverse`` runs
+    from the end."""
+    if reverse:
+        x = flip(ctx, x, axis)
+    if exclusive:
+        rank = x.tensor_type.rank
+        low, high = [0] * rank, [0] * rank
+        low[axis], high[axis] = 1, -1  # one zero before, the last element dropped
+        x = ctx.graph.add("pad", (x,), {"low": tuple(low), "high": tuple(high), "value": 0.0 if x.dtype in FLOAT_DTYPES else 0})
+    out = ctx.graph.add("cumsum", (x,), {"axis": axis})
+    return flip(ctx, out, axis) if reverse else out
 
 
 def triangle(ctx: GraphBuilder, rows: DimLike, cols: DimLike, upper: bool, diagonal: int = 0) -> Node:

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from disc.frontends.arrays import NeedsValue, arange, reshape_target
 from disc.frontends.arrays import dim_arith as _dim_arith
 from disc.frontends.arrays import known as _known
 from disc.frontends.arrays import known_ints as _ints
-from disc.frontends.arrays import reshape_target
 from disc.frontends.arrays import shape_dims as _dims_of
 from disc.frontends.onnx.importer import ELEM_TYPES, DimValue, OnnxImporter, ShapeValue
 from disc.ir.builder import (
@@ -26,6 +26,7 @@ from disc.ir.builder import (
     broadcast_shapes,
     broadcast_to,
     convert,
+    cumulative_sum,
     einsum,
     elementwise,
     log_softmax,
@@ -70,7 +71,7 @@ def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
         op = "fmod"  # the dividend's sign, as C's fmod (the default, 0, takes the divisor's)
     ka, kb = _known(a), _known(b)
     if ka is not None and kb is not None and op in _NUMPY and ka.dtype.kind in "iu" and kb.dtype.kind in "iu":
-        return _NUMPY[op](ka, kb).astype(np.result_type(ka, kb))  # shape arithmetic on constants
+        return np.asarray(_NUMPY[op](ka, kb), np.result_type(ka, kb))  # shape arithmetic on constants (0-d stays an array)
     if isinstance(a, DimValue) or isinstance(b, DimValue):  # arithmetic on one symbolic dim
         da = a.dim if isinstance(a, DimValue) else (int(ka) if ka is not None and ka.size == 1 else None)
         db = b.dim if isinstance(b, DimValue) else (int(kb) if kb is not None and kb.size == 1 else None)
@@ -346,8 +347,12 @@ def _shape(imp: OnnxImporter, node: Any, x: Any, start: int = 0, end: int | None
 
 
 @onnx_op("Size")
-def _size(imp: OnnxImporter, node: Any, x: Any) -> Node:
-    return imp.graph.add("index_to_tensor", (imp.index(product(imp.tensor(x).shape)),), {"dtype": "i64"})
+def _size(imp: OnnxImporter, node: Any, x: Any) -> Any:
+    if isinstance(x, ShapeValue):  # the rank of a Shape's tensor: known
+        return np.array(len(x.dims), np.int64)
+    if isinstance(x, np.ndarray):
+        return np.array(x.size, np.int64)
+    return DimValue(product(imp.tensor(x).shape))  # a compile-time count, usable as a shape
 
 
 @onnx_op("Reshape")
@@ -492,13 +497,9 @@ def _constant(imp: OnnxImporter, node: Any, value: Any = None, value_float: floa
 
 
 @onnx_op("Range")
-def _range(imp: OnnxImporter, node: Any, start: Any, limit: Any, delta: Any) -> Node:
-    s, d = _known(start), _known(delta)
-    if s is None or d is None or int(np.asarray(d)) != 1 or int(np.asarray(s)) != 0:
-        raise LoweringError("Range other than 0 .. n step 1")
-    n = limit.dim if isinstance(limit, DimValue) else int(np.asarray(_known(limit)))
-    dtype = dtype_of_numpy(s.dtype) if isinstance(start, np.ndarray) else "i64"
-    return imp.graph.add("iota", (imp.index(n),), {"dtype": dtype})
+def _range(imp: OnnxImporter, node: Any, start: Any, limit: Any, delta: Any) -> Any:
+    dtype = dtype_of_numpy(start.dtype) if isinstance(start, np.ndarray) else start.dtype  # a Node or a DimValue
+    return arange(imp, start, limit, delta, dtype)
 
 
 # -- convolution and pooling -----------------------------------------------------------------------------
@@ -601,6 +602,39 @@ def _lrn(imp: OnnxImporter, node: Any, x: Any, size: int, alpha: float = 1e-4, b
     return elementwise(imp, "div", [x, elementwise(imp, "pow", [base, beta], x.dtype)], x.dtype)
 
 
+@onnx_op("CumSum")
+def _cumsum(imp: OnnxImporter, node: Any, x: Any, axis: Any, exclusive: int = 0, reverse: int = 0) -> Node:
+    x = imp.tensor(x)
+    a = normalize_axis(_ints(axis, "CumSum's axis")[0], x.tensor_type.rank, "CumSum")
+    return cumulative_sum(imp, x, a, bool(exclusive), bool(reverse))
+
+
+@onnx_op("Hardmax")
+def _hardmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
+    """1 where the first maximum along ``axis`` lies, 0 elsewhere."""
+    x = imp.tensor(x)
+    a = normalize_axis(axis, x.tensor_type.rank, "Hardmax")
+    first = imp.graph.add("argreduce", (x,), {"axis": a, "kind": "argmax", "keepdim": True, "last": False})
+    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(x.shape[a]),), {"dtype": "i64"}), *imp.sizes(x.shape)), {"dims": (a,)})
+    hit = imp.graph.add("eq", (positions, broadcast_to(imp, first, x.shape)))
+    return convert(imp, hit, x.dtype)
+
+
+@onnx_op("LpNormalization")
+def _lp_normalization(imp: OnnxImporter, node: Any, x: Any, axis: int = -1, p: int = 2) -> Node:
+    if p not in (1, 2):
+        raise LoweringError(f"LpNormalization with p={p} (ONNX allows 1 and 2)")
+    x = imp.tensor(x)
+    a = normalize_axis(axis, x.tensor_type.rank, "LpNormalization")
+    if p == 1:
+        norm = reduce(imp, imp.graph.add("abs", (x,)), [a], "sum", True)
+    else:
+        norm = imp.graph.add("sqrt", (reduce(imp, elementwise(imp, "mul", [x, x], x.dtype), [a], "sum", True),))
+    # An all-zero row stays zero (ONNX's reference), not 0/0.
+    norm = select(imp, elementwise(imp, "eq", [norm, 0.0], x.dtype), 1.0, norm, x.dtype)
+    return elementwise(imp, "div", [x, norm], x.dtype)
+
+
 @onnx_op("Pad")
 def _pad(imp: OnnxImporter, node: Any, x: Any, pads: Any, value: Any = None, axes: Any = None, mode: str = "constant") -> Node:
     if mode != "constant":
@@ -613,6 +647,8 @@ def _pad(imp: OnnxImporter, node: Any, x: Any, pads: Any, value: Any = None, axe
     for i, a in enumerate(chosen):
         low[a], high[a] = amounts[i], amounts[i + len(chosen)]
     fill = 0.0 if value is None else float(np.asarray(_known(value)).reshape(-1)[0]) if _known(value) is not None else None
+    if fill is None and isinstance(value, Node) and value.op == "input":
+        raise NeedsValue("Pad's value", value.name)
     if fill is None:
         raise LoweringError("Pad's value must be a constant")
     return imp.graph.add("pad", (x,), {"low": tuple(low), "high": tuple(high), "value": fill if x.dtype in FLOAT_DTYPES else int(fill)})

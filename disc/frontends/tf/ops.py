@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from disc.frontends.arrays import DimValue, ShapeValue, dim_arith, known, known_ints, reshape_target, shape_dims
+from disc.frontends.arrays import DimValue, ShapeValue, arange, dim_arith, known, known_ints, reshape_target, shape_dims
 from disc.frontends.tf.importer import TfImporter
 from disc.ir.builder import (
     LoweringError,
     batched_matmul,
     broadcast_to,
     convert,
+    cumulative_sum,
     einsum,
     elementwise,
     log_softmax,
@@ -441,24 +442,7 @@ def _zeros_like(imp: TfImporter, node: Any, x: Any, **attrs: Any) -> Node:
 
 @tf_op("Range")
 def _range(imp: TfImporter, node: Any, start: Any, limit: Any, delta: Any, Tidx: str = "i32", **attrs: Any) -> Any:
-    ks, kl, kd = known(start), known(limit), known(delta)
-    if ks is not None and kl is not None and kd is not None:
-        return np.arange(ks, kl, kd).astype(numpy_dtype(Tidx))
-    if ks is None or kd is None or int(kd) <= 0 or Tidx not in ("i32", "i64"):
-        raise LoweringError("Range with a start or step computed at run time, a step <= 0, or a non-integer dtype")
-    s, d = int(ks), int(kd)
-    lim = limit.dim if isinstance(limit, DimValue) else None
-    if lim is None:
-        raise LoweringError("Range whose limit is a tensor computed at run time")
-    n = (as_expr(lim) - s + d - 1) // d
-    if not imp.graph.constraints.prove_ge(n, 0):
-        imp.graph.constraints.assume(n, ">=", 0, "Range: the limit must not be below the start")
-    out = imp.graph.add("iota", (imp.index(n),), {"dtype": Tidx})
-    if d != 1:
-        out = elementwise(imp, "mul", [out, np.array(d, numpy_dtype(Tidx))], Tidx)
-    if s != 0:
-        out = elementwise(imp, "add", [out, np.array(s, numpy_dtype(Tidx))], Tidx)
-    return out
+    return arange(imp, start, limit, delta, Tidx)
 
 
 @tf_op("Transpose")
@@ -569,11 +553,9 @@ def _argreduce(imp: TfImporter, node: Any, x: Any, dimension: Any, output_type: 
 
 @tf_op("Cumsum")
 def _cumsum(imp: TfImporter, node: Any, x: Any, axis: Any, exclusive: bool = False, reverse: bool = False, **attrs: Any) -> Node:
-    if exclusive or reverse:
-        raise LoweringError("Cumsum with exclusive or reverse")
     x = imp.tensor(x)
     a = normalize_axis(known_ints(axis, "Cumsum's axis")[0], x.tensor_type.rank, "Cumsum")
-    return imp.graph.add("cumsum", (x,), {"axis": a})
+    return cumulative_sum(imp, x, a, exclusive, reverse)
 
 
 # -- linear algebra and normalisation ----------------------------------------------------------------------
