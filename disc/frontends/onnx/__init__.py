@@ -181,6 +181,8 @@ class ValueSpecializedProgram:
                 try:
                     prog = _compile(self.proto, arrays, **self.options)
                 except NeedsValue as e:  # another input is used as a shape too
+                    if e.input in self.value_inputs:  # given, yet not taken as a value: never loop
+                        raise CompileError(str(e)) from None
                     self.value_inputs.append(e.input)
                     continue
                 self.compilations += 1
