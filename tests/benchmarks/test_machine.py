@@ -65,8 +65,11 @@ def test_compute_peak(suite):
     assert isinstance(compute["contended"], bool)
     assert compute["peak_gflops"] == (compute["threads"] * best_one if compute["contended"] else best_all)
     # A library GEMM cannot beat the FMA peak; torch's best GEMM is measured in the same run, so
-    # allow for noise but catch a probe that counts wrong (a lost factor of 2 or of the lanes).
-    assert suite[0]["gemm"]["peak_gflops"] <= 1.5 * compute["peak_gflops"]
+    # allow for noise but catch a probe that counts wrong (a lost factor of the lanes). The bound is
+    # every thread at the one-thread best: on a shared machine the all-threads probe can meet a busy
+    # core the GEMM did not (CI: 165 GFLOP/s probed against a 293 GFLOP/s GEMM, same run).
+    ceiling = max(compute["peak_gflops"], compute["threads"] * best_one)
+    assert suite[0]["gemm"]["peak_gflops"] <= 1.5 * ceiling
 
 
 def test_fma_probe_counts_the_work_it_does():
