@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from disc.errors import CompileError, InputError
-from disc.ir.builder import GraphBuilder, LoweringError
+from disc.ir.builder import GraphBuilder, LoweringError, convert, elementwise
 from disc.ir.graph import Node
+from disc.ir.types import numpy_dtype
 from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, product
 
 
@@ -107,9 +108,6 @@ def known_ints(v: Any, what: str) -> list[int]:
 def arange(ctx: GraphBuilder, start: Any, limit: Any, delta: Any, dtype: str) -> Any:
     """ONNX's Range, TensorFlow's Range: a numpy array where all three operands are known; an iota
     over a symbolic count where the limit is a dim (start and a positive integer step known)."""
-    from disc.ir.builder import convert, elementwise
-    from disc.ir.types import numpy_dtype
-
     ks, kl, kd = known(start), known(limit), known(delta)
     if ks is not None and kl is not None and kd is not None:
         if np.asarray(kd).item() == 0:
