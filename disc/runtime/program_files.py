@@ -71,7 +71,7 @@ def write_constants(path: Path, constants: Mapping[str, RawConstant]) -> tuple[l
     h = hashlib.sha256()
     with open(path, "wb") as f:
         for name, c in constants.items():
-            data = memoryview(np.ascontiguousarray(c.data)).cast("B")
+            data = memoryview(np.ascontiguousarray(c.data).reshape(-1).view(np.uint8))  # (by bytes: numpy's bfloat16 has no buffer format)
             pad = b"\0" * (-offset % ALIGN)
             f.write(pad)
             h.update(pad)

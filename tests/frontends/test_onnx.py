@@ -316,3 +316,151 @@ def test_the_command_line_compiles_explains_saves_and_runs_an_onnx_file(tmp_path
     np.testing.assert_allclose(np.load(out / "output0.npy"), want, rtol=1e-5, atol=1e-5)
     with pytest.raises(SystemExit, match="NAME:AXIS=SYMBOL"):
         main(["compile", str(path), "-o", str(folder), "--dynamic", "x:zero=rows"])
+
+
+def _one_node(op, inputs, outputs, inits=(), opset=21, **attrs):
+    """A model of one ``op`` node; ``inputs``/``outputs`` are (name, element type, dims) with
+    dim_param names for the dims that vary."""
+    info = [helper.make_tensor_value_info(n, t, d) for n, t, d in inputs]
+    outs = [helper.make_tensor_value_info(n, t, d) for n, t, d in outputs]
+    names = [n for n, _, _ in inputs] + [i.name for i in inits]
+    node = helper.make_node(op, names, [n for n, _, _ in outputs], **attrs)
+    return _model([node], info, outs, list(inits), opset=opset)
+
+
+F, I = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _scores_and_labels(rng, n, d):
+    labels = rng.integers(0, 5, (n, d)).astype(np.int64)
+    labels[0, 0] = -1  # the ignored label
+    return {"x": rng.standard_normal((n, 5, d)).astype(np.float32), "t": labels}
+
+
+# (id, model, feeds(rng, *dims), streams of dims): every stream starts with a 1-sized dim.
+DYNAMIC_CASES = [
+    (
+        "softmax_cross_entropy_weighted_ignore",
+        lambda: _one_node("SoftmaxCrossEntropyLoss", [("x", F, ["n", 5, "d"]), ("t", I, ["n", "d"])], [("loss", F, []), ("logp", F, ["n", 5, "d"])], [_f32(np.random.default_rng(1), "w", 5, scale=1.0)], opset=13, ignore_index=-1),
+        _scores_and_labels,
+        [(1, 1), (1, 4), (3, 7), (2, 2)],
+    ),
+    (
+        "nll_loss_none",
+        lambda: _one_node("NegativeLogLikelihoodLoss", [("x", F, ["n", 5, "d"]), ("t", I, ["n", "d"])], [("loss", F, ["n", "d"])], reduction="none", ignore_index=-1, opset=13),
+        _scores_and_labels,
+        [(1, 1), (2, 3), (4, 1)],
+    ),
+    (
+        "group_norm",
+        lambda: _one_node("GroupNormalization", [("x", F, ["n", 6, "h", "w"])], [("y", F, ["n", 6, "h", "w"])], [_f32(np.random.default_rng(2), "scale", 6), _f32(np.random.default_rng(3), "bias", 6)], num_groups=3),
+        lambda rng, n, h, w: {"x": rng.standard_normal((n, 6, h, w)).astype(np.float32)},
+        [(1, 1, 1), (2, 3, 5), (1, 7, 2)],
+    ),
+    (
+        "space_to_depth_and_back",
+        lambda: _model(
+            [helper.make_node("SpaceToDepth", ["x"], ["d"], blocksize=2), helper.make_node("DepthToSpace", ["d"], ["y"], blocksize=2, mode="CRD")],
+            [helper.make_tensor_value_info("x", F, ["n", 3, "h", "w"])],
+            [helper.make_tensor_value_info("d", F, ["n", 12, None, None]), helper.make_tensor_value_info("y", F, ["n", 3, None, None])],
+            [],
+            opset=13,
+        ),
+        lambda rng, n, h, w: {"x": rng.standard_normal((n, 3, h, w)).astype(np.float32)},
+        [(1, 2, 2), (2, 4, 6), (1, 8, 2)],
+    ),
+    (
+        "reflect_pad",
+        lambda: _one_node("Pad", [("x", F, ["n", "c", "h"])], [("y", F, ["n", "c", None])], [_i64("pads", [0, 0, 2, 0, 0, 3])], opset=19, mode="reflect"),
+        lambda rng, n, c, h: {"x": rng.standard_normal((n, c, h)).astype(np.float32)},
+        [(1, 1, 4), (2, 3, 5), (1, 2, 9)],
+    ),
+    (
+        "edge_and_wrap_pad",
+        lambda: _model(
+            [helper.make_node("Pad", ["x", "pads"], ["e"], mode="edge"), helper.make_node("Pad", ["x", "pads"], ["w"], mode="wrap")],
+            [helper.make_tensor_value_info("x", F, ["n", "h"])],
+            [helper.make_tensor_value_info("e", F, [None, None]), helper.make_tensor_value_info("w", F, [None, None])],
+            [_i64("pads", [1, 2, 0, 1])],
+            opset=19,
+        ),
+        lambda rng, n, h: {"x": rng.standard_normal((n, h)).astype(np.float32)},
+        [(2, 2), (3, 5), (4, 3)],
+    ),
+    (
+        "conv_and_pools_same_upper",
+        lambda: _model(
+            [
+                helper.make_node("Conv", ["x", "k"], ["c"], auto_pad="SAME_UPPER"),
+                helper.make_node("MaxPool", ["c"], ["m"], kernel_shape=[2, 2], auto_pad="SAME_LOWER"),
+                helper.make_node("LpPool", ["m"], ["y"], kernel_shape=[3, 2], auto_pad="SAME_UPPER", p=2),
+            ],
+            [helper.make_tensor_value_info("x", F, ["n", 2, "h", "w"])],
+            [helper.make_tensor_value_info("y", F, ["n", 3, None, None])],
+            [_f32(np.random.default_rng(4), "k", 3, 2, 2, 3)],
+            opset=18,
+        ),
+        lambda rng, n, h, w: {"x": rng.standard_normal((n, 2, h, w)).astype(np.float32)},
+        [(1, 1, 1), (2, 4, 5), (1, 7, 3)],
+    ),
+    (
+        "one_hot_gather_nd_reverse_sequence",
+        lambda: _model(
+            [
+                helper.make_node("OneHot", ["i", "depth", "values"], ["h"], axis=1),
+                helper.make_node("GatherND", ["table", "pairs"], ["g"]),
+                helper.make_node("ReverseSequence", ["x", "lens"], ["r"], batch_axis=0, time_axis=1),
+            ],
+            [helper.make_tensor_value_info("i", I, ["n", "s"]), helper.make_tensor_value_info("pairs", I, ["n", 2]), helper.make_tensor_value_info("x", F, ["n", "s"]), helper.make_tensor_value_info("lens", I, ["n"])],
+            [helper.make_tensor_value_info("h", F, ["n", 4, "s"]), helper.make_tensor_value_info("g", F, ["n", 3]), helper.make_tensor_value_info("r", F, ["n", "s"])],
+            [_i64("depth", 4), numpy_helper.from_array(np.array([-1.0, 2.0], np.float32), "values"), _f32(np.random.default_rng(5), "table", 4, 5, 3)],
+            opset=13,
+        ),
+        lambda rng, n, s: {
+            "i": rng.integers(-4, 6, (n, s)).astype(np.int64),
+            "pairs": np.stack([rng.integers(-4, 4, n), rng.integers(-5, 5, n)], 1).astype(np.int64),
+            "x": rng.standard_normal((n, s)).astype(np.float32),
+            "lens": rng.integers(1, s + 1, n).astype(np.int64),
+        },
+        [(1, 1), (3, 4), (2, 7)],
+    ),
+    (
+        "elementwise_newcomers",
+        lambda: _model(
+            [
+                helper.make_node("Atan", ["x"], ["a"]),
+                helper.make_node("Sinh", ["a"], ["b"]),
+                helper.make_node("Shrink", ["b"], ["c"], lambd=0.3, bias=0.1),
+                helper.make_node("MeanVarianceNormalization", ["c"], ["y"], axes=[1, 2]),  # >= 3 elements a group
+                helper.make_node("IsInf", ["x"], ["inf"], detect_negative=0),
+            ],
+            [helper.make_tensor_value_info("x", F, ["n", 3, "w"])],
+            [helper.make_tensor_value_info("y", F, ["n", 3, "w"]), helper.make_tensor_value_info("inf", TensorProto.BOOL, ["n", 3, "w"])],
+            [],
+            opset=13,
+        ),
+        lambda rng, n, w: {"x": np.where(rng.random((n, 3, w)) < 0.1, np.inf, rng.standard_normal((n, 3, w))).astype(np.float32) * np.where(rng.random((n, 3, w)) < 0.5, -1, 1).astype(np.float32)},
+        [(1, 1), (2, 5), (3, 2)],
+    ),
+]
+
+
+@pytest.mark.parametrize("model, feeds, streams", [c[1:] for c in DYNAMIC_CASES], ids=[c[0] for c in DYNAMIC_CASES])
+def test_ops_compile_once_and_match_onnx_runtime_over_a_shape_stream(model, feeds, streams):
+    """Ops lowered to compositions (losses, group norm, space/depth moves, pads by mode, SAME
+    padding, one-hot, gathers by tuples) at shapes from size 1 up, against ONNX Runtime."""
+    m = model()
+    sess = ort.InferenceSession(m.SerializeToString())
+    prog = disc.onnx.compile(m)
+    assert isinstance(prog, disc.onnx.OnnxProgram)  # one program for every shape, no per-value versions
+    rng = np.random.default_rng(11)
+    for dims in streams:
+        want = sess.run(None, f := feeds(rng, *dims))
+        got = prog(**f)
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, (dims, g.shape, w.shape, g.dtype, w.dtype)
+            same_nan = np.isnan(g) == np.isnan(w) if w.dtype.kind == "f" else True
+            assert np.all(same_nan), dims
+            if w.dtype.kind == "f":
+                g, w = np.nan_to_num(g), np.nan_to_num(w)
+            assert np.allclose(g, w, rtol=1e-4, atol=1e-5), (dims, np.abs(g.astype(np.float64) - w).max())

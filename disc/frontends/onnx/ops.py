@@ -29,11 +29,13 @@ from disc.ir.builder import (
     cumulative_sum,
     einsum,
     elementwise,
+    flip,
     log_softmax,
     mean,
     normalize,
     reduce,
     reshape,
+    scalar,
     select,
     slice_bound,
     softmax,
@@ -61,26 +63,66 @@ def onnx_op(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "Mod": "remainder"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
 _LOGICAL = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
-_NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
+_BITWISE = {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
+_NUMPY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+    "div": lambda a, b: np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b)),  # integer Div truncates
+    "remainder": np.mod, "fmod": np.fmod,
+    "eq": np.equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+}  # fmt: skip
+_NUMPY_LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor}
 
 
-@onnx_op(*_BINARY, *_COMPARE, *_LOGICAL)
+def _dims_compared(imp: OnnxImporter, op: str, a: DimLike, b: DimLike) -> bool | None:
+    """``a op b`` on two dims where the constraints decide it, else None."""
+    c = imp.graph.constraints
+    if op == "eq":
+        return True if c.prove_equal(a, b) else False if c.prove_not_equal(a, b) else None
+    lhs, rhs, strict = {"ge": (a, b, False), "le": (b, a, False), "gt": (a, b, True), "lt": (b, a, True)}[op]
+    if c.prove_ge(lhs, as_expr(rhs) + int(strict)):
+        return True
+    if c.prove_ge(rhs, as_expr(lhs) + int(not strict)):
+        return False
+    return None
+
+
+def _shape_operand(v: Any) -> list[DimLike] | None:
+    """The dims of a shape-like value (a shape, one dim, or known integers), or None."""
+    if isinstance(v, ShapeValue):
+        return list(v.dims)
+    if isinstance(v, DimValue):
+        return [v.dim]
+    k = _known(v)
+    return [int(x) for x in k.reshape(-1)] if k is not None and k.dtype.kind in "iu" else None
+
+
+@onnx_op(*_BINARY, *_COMPARE, *_LOGICAL, *_BITWISE)
 def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
-    op = _BINARY.get(node.op_type) or _COMPARE.get(node.op_type) or _LOGICAL[node.op_type]
+    op = _BINARY.get(node.op_type) or _COMPARE.get(node.op_type) or _LOGICAL.get(node.op_type) or _BITWISE[node.op_type]
     if op == "remainder" and fmod:
         op = "fmod"  # the dividend's sign, as C's fmod (the default, 0, takes the divisor's)
     ka, kb = _known(a), _known(b)
     if ka is not None and kb is not None and op in _NUMPY and ka.dtype.kind in "iu" and kb.dtype.kind in "iu":
-        return np.asarray(_NUMPY[op](ka, kb), np.result_type(ka, kb))  # shape arithmetic on constants (0-d stays an array)
+        out = _NUMPY[op](ka, kb)  # shape arithmetic on constants (0-d stays an array)
+        return np.asarray(out, bool if op in _COMPARE.values() else np.result_type(ka, kb))
+    if ka is not None and kb is not None and op in _NUMPY_LOGICAL and ka.dtype == bool and kb.dtype == bool:
+        return np.asarray(_NUMPY_LOGICAL[op](ka, kb))
+    if op in _COMPARE.values() and (isinstance(a, (ShapeValue, DimValue)) or isinstance(b, (ShapeValue, DimValue))):
+        da, db = _shape_operand(a), _shape_operand(b)
+        if da is not None and db is not None and (len(da) == len(db) or 1 in (len(da), len(db))):
+            n = max(len(da), len(db))
+            decided = [_dims_compared(imp, op, da[i % len(da)], db[i % len(db)]) for i in range(n)]
+            if None not in decided:  # decided by the constraints: a compile-time condition
+                scalar_like = isinstance(a, DimValue) and isinstance(b, DimValue) or (ka is not None and ka.ndim == 0 and isinstance(b, DimValue)) or (kb is not None and kb.ndim == 0 and isinstance(a, DimValue))
+                return np.array(decided[0]) if scalar_like else np.array(decided)
     if isinstance(a, DimValue) or isinstance(b, DimValue):  # arithmetic on one symbolic dim
         da = a.dim if isinstance(a, DimValue) else (int(ka) if ka is not None and ka.size == 1 else None)
         db = b.dim if isinstance(b, DimValue) else (int(kb) if kb is not None and kb.size == 1 else None)
         out = _dim_arith(op, da, db) if da is not None and db is not None else None
         if out is not None:
             return DimValue(out)
-    if isinstance(a, ShapeValue) or isinstance(b, ShapeValue):  # shape arithmetic on symbolic dims
-        da = a.dims if isinstance(a, ShapeValue) else list(_ints(a, "shape arithmetic"))
-        db = b.dims if isinstance(b, ShapeValue) else list(_ints(b, "shape arithmetic"))
+    da, db = _shape_operand(a), _shape_operand(b)
+    if (isinstance(a, ShapeValue) or isinstance(b, ShapeValue)) and da is not None and db is not None:  # shape arithmetic on symbolic dims
         if len(da) == 1:
             da = da * len(db)
         if len(db) == 1:
@@ -93,21 +135,44 @@ def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
         dtype = "i1"
     else:
         dtype = x.dtype
+        if x.dtype != y.dtype and op == "pow":  # Pow alone may mix types: the result is the base's
+            return _mixed_pow(imp, x, y)
         if x.dtype != y.dtype:
             raise LoweringError(f"{node.op_type}: operand dtypes differ ({x.dtype}, {y.dtype}); ONNX requires one type")
     return elementwise(imp, op, [x, y], dtype)
+
+
+def _mixed_pow(imp: OnnxImporter, base: Node, exponent: Node) -> Node:
+    """Pow of a base and an exponent of different types, in the base's type: a float base takes
+    the exponent converted to it; an integer base is raised in float64 and truncated back (as
+    ONNX's reference computes it)."""
+    if base.dtype in FLOAT_DTYPES:
+        return elementwise(imp, "pow", [base, convert(imp, exponent, base.dtype)], base.dtype)
+    wide = elementwise(imp, "pow", [convert(imp, base, "f64"), convert(imp, exponent, "f64")], "f64")
+    return convert(imp, wide, base.dtype)
 
 
 _UNARY = {
     "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
     "Neg": "neg", "Abs": "abs", "Erf": "erf", "Reciprocal": "reciprocal", "Floor": "floor", "Ceil": "ceil",
     "Sin": "sin", "Cos": "cos", "Not": "logical_not", "Sign": "sign", "Round": "round",
+    "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh",
+    "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh", "IsNaN": "isnan", "BitwiseNot": "bitwise_not",
 }  # fmt: skip
 
 
+_NUMPY_UNARY = {"neg": np.negative, "abs": np.abs, "sign": np.sign, "logical_not": np.logical_not}
+
+
 @onnx_op(*_UNARY)
-def _unary(imp: OnnxImporter, node: Any, x: Any) -> Node:
-    return imp.graph.add(_UNARY[node.op_type], (imp.tensor(x),))
+def _unary(imp: OnnxImporter, node: Any, x: Any) -> Any:
+    op = _UNARY[node.op_type]
+    k = _known(x)
+    if k is not None and op in _NUMPY_UNARY and k.dtype.kind in "iub":  # shape arithmetic and conditions on constants
+        return np.asarray(_NUMPY_UNARY[op](k), k.dtype)
+    if isinstance(x, DimValue) and op == "neg":
+        return DimValue(-as_expr(x.dim))
+    return imp.graph.add(op, (imp.tensor(x),))
 
 
 _VARIADIC = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "add"}
@@ -127,6 +192,50 @@ def _variadic(imp: OnnxImporter, node: Any, *xs: Any) -> Node:
 @onnx_op("Identity")
 def _identity(imp: OnnxImporter, node: Any, x: Any) -> Any:
     return x
+
+
+@onnx_op("IsInf")
+def _isinf(imp: OnnxImporter, node: Any, x: Any, detect_negative: int = 1, detect_positive: int = 1) -> Node:
+    x = imp.tensor(x)
+    hit = imp.graph.add("isinf", (x,))
+    if detect_negative and detect_positive:
+        return hit
+    if not detect_negative and not detect_positive:
+        return elementwise(imp, "logical_and", [hit, False], "i1")
+    sign = elementwise(imp, "gt" if detect_positive else "lt", [x, 0.0], x.dtype)
+    return elementwise(imp, "logical_and", [hit, sign], "i1")
+
+
+@onnx_op("Shrink")
+def _shrink(imp: OnnxImporter, node: Any, x: Any, bias: float = 0.0, lambd: float = 0.5) -> Node:
+    x = imp.tensor(x)
+    zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
+    above = select(imp, elementwise(imp, "gt", [x, lambd], x.dtype), elementwise(imp, "sub", [x, bias], x.dtype), zero, x.dtype)
+    return select(imp, elementwise(imp, "lt", [x, -lambd], x.dtype), elementwise(imp, "add", [x, bias], x.dtype), above, x.dtype)
+
+
+@onnx_op("ThresholdedRelu")
+def _thresholded_relu(imp: OnnxImporter, node: Any, x: Any, alpha: float = 1.0) -> Node:
+    x = imp.tensor(x)
+    return select(imp, elementwise(imp, "gt", [x, alpha], x.dtype), x, 0.0, x.dtype)
+
+
+def _swish(imp: OnnxImporter, x: Node, alpha: float) -> Node:
+    gate = x if alpha == 1.0 else elementwise(imp, "mul", [x, alpha], x.dtype)
+    return elementwise(imp, "mul", [x, imp.graph.add("sigmoid", (gate,))], x.dtype)
+
+
+@onnx_op("Swish")
+def _swish_op(imp: OnnxImporter, node: Any, x: Any, alpha: float = 1.0) -> Node:
+    return _swish(imp, imp.tensor(x), alpha)
+
+
+@onnx_op("SwiGLU")
+def _swiglu(imp: OnnxImporter, node: Any, a: Any, b: Any, alpha: float = 1.0) -> Node:
+    gate, value = imp.tensor(a), imp.tensor(b)
+    if not imp.graph.constraints.prove_same_shape(gate.shape, value.shape):
+        raise LoweringError(f"SwiGLU: the gate {gate.shape} and the value {value.shape} must have one shape (no broadcasting)")
+    return elementwise(imp, "mul", [_swish(imp, gate, alpha), value], gate.dtype)
 
 
 @onnx_op("Gelu")
@@ -199,14 +308,31 @@ def _dropout(imp: OnnxImporter, node: Any, x: Any, ratio: Any = None, training_m
 
 
 @onnx_op("Where")
-def _where(imp: OnnxImporter, node: Any, cond: Any, a: Any, b: Any) -> Node:
+def _where(imp: OnnxImporter, node: Any, cond: Any, a: Any, b: Any) -> Any:
+    kc = _known(cond)
+    da, db = _shape_operand(a), _shape_operand(b)
+    if kc is not None and kc.dtype == bool and da is not None and db is not None and kc.ndim <= 1:
+        n = max(kc.size, len(da), len(db))
+        if all(len(v) in (1, n) for v in (da, db)) and kc.size in (1, n):  # a choice between shapes, known now
+            picked = [da[i % len(da)] if kc.reshape(-1)[i % kc.size] else db[i % len(db)] for i in range(n)]
+            if kc.ndim == 0 and not isinstance(a, ShapeValue) and not isinstance(b, ShapeValue) and n == 1 and (isinstance(a, DimValue) or isinstance(b, DimValue) or np.ndim(_known(a)) == 0):
+                return DimValue(picked[0])
+            return ShapeValue(picked)
     x, y = imp.tensor(a), imp.tensor(b)
     return select(imp, imp.tensor(cond), x, y, x.dtype)
 
 
 @onnx_op("CastLike")
 def _cast_like(imp: OnnxImporter, node: Any, x: Any, like: Any, saturate: int = 1) -> Any:
-    return convert(imp, imp.tensor(x), imp.tensor(like).dtype)
+    target = like.dtype if isinstance(like, Node) else imp.tensor(like).dtype
+    k = _known(x)
+    if k is not None and not isinstance(x, Node) and k.dtype.kind in "fiub":  # a constant stays one (a Pad's value, a shape)
+        if target != "bf16":
+            return k.astype(numpy_dtype(target))
+        import ml_dtypes  # (installed with onnx) numpy's bfloat16, as onnx gives bf16 constants
+
+        return k.astype(ml_dtypes.bfloat16)
+    return convert(imp, imp.tensor(x), target)
 
 
 @onnx_op("Cast")
@@ -265,6 +391,139 @@ def _gemm(imp: OnnxImporter, node: Any, a: Any, b: Any, c: Any = None, alpha: fl
     return out
 
 
+# -- attention ------------------------------------------------------------------------------------------
+def _split_heads(imp: OnnxImporter, x: Node, heads: int) -> Node:
+    """[batch, seq, heads * size] -> [batch, heads, seq, size]."""
+    b, s, hidden = x.shape
+    _require_divisible(imp, hidden, heads, f"Attention: the hidden dim must be divisible by the {heads} heads")
+    return imp.graph.add("transpose", (reshape(imp, x, [b, s, heads, as_expr(hidden) // heads]),), {"perm": (0, 2, 1, 3)})
+
+
+def _repeat_heads(imp: OnnxImporter, x: Node, reps: int) -> Node:
+    """Each of K's or V's heads used by ``reps`` consecutive query heads (grouped-query attention)."""
+    b, h, s, d = x.shape
+    wide = imp.graph.add("broadcast_in_dim", (x, *imp.sizes([b, h, reps, s, d])), {"dims": (0, 1, 3, 4)})
+    return reshape(imp, wide, [b, as_expr(h) * reps, s, d])
+
+
+def _attention_allowed(imp: OnnxImporter, sq: DimLike, skv: DimLike, offset: Any, causal: bool, left: int, right: int, nonpad: Node | None) -> Node | None:
+    """Which (query, key) pairs may attend, or None for all: the causal frontier key <= query +
+    offset, a sliding window around query + offset, and keys before each batch entry's
+    ``nonpad`` length. ``offset`` is the cache length (a dim) or, with ``nonpad``, each entry's
+    ``nonpad - sq`` (bottom-right alignment)."""
+    if not causal and left < 0 and right < 0 and nonpad is None:
+        return None
+    rows = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(sq),), {"dtype": "i64"}), imp.index(sq), imp.index(skv)), {"dims": (0,)})
+    cols = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(skv),), {"dtype": "i64"}), imp.index(sq), imp.index(skv)), {"dims": (1,)})
+    if nonpad is not None:  # per batch entry: [batch, 1, sq, skv]
+        batch = nonpad.shape[0]
+        lengths = imp.graph.add("broadcast_in_dim", (nonpad, *imp.sizes([batch, 1, sq, skv])), {"dims": (0,)})
+        start = elementwise(imp, "sub", [lengths, imp.graph.add("index_to_tensor", (imp.index(sq),), {"dtype": "i64"})], "i64")
+    else:
+        start = imp.graph.add("index_to_tensor", (imp.index(offset),), {"dtype": "i64"})
+    ahead = elementwise(imp, "sub", [elementwise(imp, "add", [rows, start], "i64"), cols], "i64")  # query position - key
+    allowed = []
+    if causal:
+        allowed.append(elementwise(imp, "ge", [ahead, 0], "i64"))
+    if left >= 0:
+        allowed.append(elementwise(imp, "le", [ahead, left], "i64"))
+    if right >= 0:
+        allowed.append(elementwise(imp, "ge", [ahead, -right], "i64"))
+    if nonpad is not None:
+        allowed.append(elementwise(imp, "lt", [broadcast_to(imp, cols, ahead.shape), imp.graph.add("broadcast_in_dim", (nonpad, *imp.sizes(ahead.shape)), {"dims": (0,)})], "i64"))
+    out = allowed[0]
+    for a in allowed[1:]:
+        out = elementwise(imp, "logical_and", [out, a], "i1")
+    return out
+
+
+@onnx_op("Attention")
+def _attention(
+    imp: OnnxImporter, node: Any, q: Any, k: Any, v: Any, attn_mask: Any = None, past_key: Any = None, past_value: Any = None, nonpad_kv_seqlen: Any = None,
+    is_causal: int = 0, kv_num_heads: int | None = None, q_num_heads: int | None = None, qk_matmul_output_mode: int = 0, scale: float | None = None,
+    softcap: float = 0.0, softmax_precision: int | None = None, left_window_size: int = -1, right_window_size: int = -1,
+) -> list[Node]:
+    """ONNX Attention (opsets 23-25) as GEMMs, a bias and a softmax that disc fuses. The bias adds
+    the mask (a bool mask as 0 / -inf; one shorter than the keys is padded with -inf) and -inf
+    where the causal frontier, the window or the keys' padding forbid; a row with every key
+    forbidden gives zeros. Outputs: the result, the keys and values with the cache prepended,
+    and the scores as ``qk_matmul_output_mode`` picks (0 and 1: scaled and soft-capped, as
+    ONNX's reference computes both; 2: with the bias; 3: after the softmax)."""
+    q, k, v = imp.tensor(q), imp.tensor(k), imp.tensor(v)
+    three_d = q.tensor_type.rank == 3
+    if three_d:
+        if q_num_heads is None or kv_num_heads is None:
+            raise LoweringError("Attention on 3-d inputs needs q_num_heads and kv_num_heads")
+        q, k, v = _split_heads(imp, q, q_num_heads), _split_heads(imp, k, kv_num_heads), _split_heads(imp, v, kv_num_heads)
+    if q.tensor_type.rank != 4 or k.tensor_type.rank != 4 or v.tensor_type.rank != 4:
+        raise LoweringError(f"Attention takes 3-d or 4-d Q, K, V (ranks {q.tensor_type.rank}, {k.tensor_type.rank}, {v.tensor_type.rank})")
+    if (past_key is None) != (past_value is None):
+        raise LoweringError("Attention: past_key and past_value come together")
+    past = 0
+    if past_key is not None:
+        pk, pv = imp.tensor(past_key), imp.tensor(past_value)
+        past = pk.shape[2]
+        k, v = imp.graph.add("concat", (pk, k), {"axis": 2}), imp.graph.add("concat", (pv, v), {"axis": 2})
+    present_k, present_v = k, v
+    dtype = q.dtype
+    sq, skv = q.shape[2], k.shape[2]
+    hq, hk = _known_dim(q.shape[1]), _known_dim(k.shape[1])
+    if hq is None or hk is None or hq % hk:
+        raise LoweringError(f"Attention: query heads ({q.shape[1]}) must be a known multiple of key/value heads ({k.shape[1]})")
+    if hq != hk:
+        k, v = _repeat_heads(imp, k, hq // hk), _repeat_heads(imp, v, hq // hk)
+    if scale is None:
+        size = _known_dim(q.shape[3])
+        if size is None:
+            raise LoweringError(f"Attention without a scale needs a known head size (dim 3 of Q: {q.shape[3]})")
+        scale = 1.0 / float(np.sqrt(size))
+    root = float(np.sqrt(scale))  # Q and K each scaled by the root before the GEMM, as ONNX's reference (16-bit results follow it)
+    qs, ks = elementwise(imp, "mul", [q, root], dtype), elementwise(imp, "mul", [k, root], dtype)
+    scores = batched_matmul(imp, qs, imp.graph.add("transpose", (ks,), {"perm": (0, 1, 3, 2)}))
+    if softcap > 0:
+        scores = elementwise(imp, "mul", [imp.graph.add("tanh", (elementwise(imp, "div", [scores, softcap], dtype),)), softcap], dtype)
+    raw_scores = scores
+
+    bias = None
+    if attn_mask is not None:
+        mask = imp.tensor(attn_mask)
+        missing = as_expr(skv) - mask.shape[-1]
+        if not imp.graph.constraints.prove_equal(missing, 0):  # keys past the mask's end: forbidden
+            fill = imp.graph.add("broadcast_in_dim", (scalar(imp, False if mask.dtype == "i1" else -np.inf, mask.dtype), *imp.sizes([*mask.shape[:-1], missing])), {"dims": ()})
+            imp.graph.constraints.assume(missing, ">=", 0, "Attention: the mask may not be longer than the keys")
+            mask = imp.graph.add("concat", (mask, fill), {"axis": mask.tensor_type.rank - 1})
+        bias = select(imp, mask, 0.0, -np.inf, dtype) if mask.dtype == "i1" else convert(imp, mask, dtype)
+    nonpad = convert(imp, imp.tensor(nonpad_kv_seqlen), "i64") if nonpad_kv_seqlen is not None else None
+    allowed = _attention_allowed(imp, sq, skv, past, bool(is_causal), left_window_size, right_window_size, nonpad)
+    if allowed is not None:
+        forbid = select(imp, allowed, 0.0, -np.inf, dtype)
+        bias = forbid if bias is None else elementwise(imp, "add", [bias, forbid], dtype)
+    if bias is not None:
+        scores = elementwise(imp, "add", [scores, bias], dtype)
+
+    work = ELEM_TYPES.get(softmax_precision, dtype) if softmax_precision is not None else dtype
+    x = convert(imp, scores, work)
+    last = x.tensor_type.rank - 1
+    peak = reduce(imp, x, [last], "max", True)
+    peak = select(imp, imp.graph.add("isinf", (peak,)), 0.0, peak, work)  # an all -inf row: no inf - inf
+    e = imp.graph.add("exp", (elementwise(imp, "sub", [x, peak], work),))
+    total = reduce(imp, e, [last], "sum", True)
+    probs = elementwise(imp, "div", [e, select(imp, elementwise(imp, "eq", [total, 0.0], work), 1.0, total, work)], work)
+    if bias is not None:  # a row whose every key the bias forbids attends to nothing
+        bias_peak = reduce(imp, bias, [bias.tensor_type.rank - 1], "max", True)
+        none_left = elementwise(imp, "logical_and", [imp.graph.add("isinf", (bias_peak,)), elementwise(imp, "lt", [bias_peak, 0.0], dtype)], "i1")
+        probs = select(imp, none_left, 0.0, probs, work)
+    probs = convert(imp, probs, dtype)
+    out = batched_matmul(imp, probs, v)
+    if three_d:
+        b, h, s, d = out.shape
+        out = reshape(imp, imp.graph.add("transpose", (out,), {"perm": (0, 2, 1, 3)}), [b, s, as_expr(h) * d])
+    qk = {0: raw_scores, 1: raw_scores, 2: scores, 3: probs}.get(qk_matmul_output_mode)
+    if qk is None:
+        raise LoweringError(f"Attention qk_matmul_output_mode={qk_matmul_output_mode} (ONNX allows 0 to 3)")
+    return [out, present_k, present_v, qk]
+
+
 # -- normalisation and softmax -------------------------------------------------------------------------
 @onnx_op("Softmax", "LogSoftmax")
 def _softmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
@@ -309,6 +568,80 @@ def _layer_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any = No
     out = elementwise(imp, "mul", [normed, imp.tensor(scale)], x.dtype)
     out = out if bias is None else elementwise(imp, "add", [out, imp.tensor(bias)], x.dtype)
     return [out, mu, inv]  # the optional outputs: the mean and the inverse deviation (keepdim shapes)
+
+
+@onnx_op("MeanVarianceNormalization")
+def _mvn(imp: OnnxImporter, node: Any, x: Any, axes: Sequence[int] = (0, 2, 3)) -> Node:
+    """(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9), ONNX's function body, with the variance held
+    at >= 0: the difference cancels, and where the deviations are ~0 rounding can make it
+    negative and the result NaN instead of ~0."""
+    x = imp.tensor(x)
+    dims = sorted({normalize_axis(a, x.tensor_type.rank, "MeanVarianceNormalization") for a in axes})
+    mu = mean(imp, x, dims, True)
+    var = elementwise(imp, "sub", [mean(imp, elementwise(imp, "mul", [x, x], x.dtype), dims, True), elementwise(imp, "mul", [mu, mu], x.dtype)], x.dtype)
+    var = elementwise(imp, "maximum", [var, 0.0], x.dtype)
+    std = elementwise(imp, "add", [imp.graph.add("sqrt", (var,)), 1e-9], x.dtype)
+    return elementwise(imp, "div", [elementwise(imp, "sub", [x, mu], x.dtype), std], x.dtype)
+
+
+@onnx_op("GroupNormalization")
+def _group_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, num_groups: int = 1, epsilon: float = 1e-5, stash_type: int = 1) -> Node:
+    """Each sample's channels in ``num_groups`` groups normalised together; scale and bias are per
+    channel (opset 21) or per group (opset 18)."""
+    x = imp.tensor(x)
+    batch, channels, *rest = x.shape
+    _require_divisible(imp, channels, num_groups, f"GroupNormalization: channels (dim 1) must be divisible by num_groups={num_groups}")
+    grouped = reshape(imp, x, [batch, num_groups, as_expr(channels) // num_groups, *rest])
+    normed = normalize(imp, grouped, list(range(2, len(rest) + 3)), epsilon)[0]
+    dims = {"dims": (1,)}
+    if imp.opset < 21:
+        for v, op in ((scale, "mul"), (bias, "add")):
+            normed = elementwise(imp, op, [normed, imp.graph.add("broadcast_in_dim", (imp.tensor(v), *imp.sizes(normed.shape)), dims)], x.dtype)
+        return reshape(imp, normed, x.shape)
+    out = reshape(imp, normed, x.shape)
+    out = elementwise(imp, "mul", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(scale), *imp.sizes(x.shape)), dims)], x.dtype)
+    return elementwise(imp, "add", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(bias), *imp.sizes(x.shape)), dims)], x.dtype)
+
+
+def _nll(imp: OnnxImporter, logp: Node, target: Any, weight: Any, reduction: str, ignore_index: int | None) -> Node:
+    """-logp[n, target[n, ...], ...] times the class weight; an ignored target weighs 0. "mean"
+    divides by the sum of the weights taken (the count of targets without weights)."""
+    if reduction not in ("none", "sum", "mean"):
+        raise LoweringError(f"reduction {reduction!r} (ONNX allows none, sum, mean)")
+    t = convert(imp, imp.tensor(target), "i64")
+    ignored = elementwise(imp, "eq", [t, ignore_index], "i64") if ignore_index is not None else None
+    if ignored is not None:  # the ignored value may lie outside [0, C): read class 0 there, weigh it 0
+        t = select(imp, ignored, 0, t, "i64")
+    spots = list(t.shape)
+    picked = imp.graph.add("gather", (logp, reshape(imp, t, [spots[0], 1, *spots[1:]])), {"axis": 1})
+    loss = imp.graph.add("neg", (reshape(imp, picked, spots),))
+    w = None
+    if weight is not None:
+        w = reshape(imp, imp.graph.add("index_select", (imp.tensor(weight), reshape(imp, t, [product(spots)])), {"axis": 0}), spots)
+    if ignored is not None:
+        w = select(imp, ignored, 0.0, 1.0 if w is None else w, logp.dtype)
+    if w is not None:
+        loss = elementwise(imp, "mul", [loss, w], logp.dtype)
+    everything = list(range(len(spots)))
+    if reduction == "none":
+        return loss
+    total = reshape(imp, reduce(imp, loss, everything, "sum", True), [])
+    if reduction == "sum":
+        return total
+    if w is None:
+        return reshape(imp, mean(imp, loss, everything, True), [])
+    return elementwise(imp, "div", [total, reshape(imp, reduce(imp, w, everything, "sum", True), [])], logp.dtype)
+
+
+@onnx_op("NegativeLogLikelihoodLoss")
+def _nll_loss(imp: OnnxImporter, node: Any, x: Any, target: Any, weight: Any = None, reduction: str = "mean", ignore_index: int | None = None) -> Node:
+    return _nll(imp, imp.tensor(x), target, weight, reduction, ignore_index)
+
+
+@onnx_op("SoftmaxCrossEntropyLoss")
+def _softmax_cross_entropy(imp: OnnxImporter, node: Any, scores: Any, labels: Any, weights: Any = None, reduction: str = "mean", ignore_index: int | None = None) -> list[Node]:
+    logp = log_softmax(imp, imp.tensor(scores), 1)
+    return [_nll(imp, logp, labels, weights, reduction, ignore_index), logp]
 
 
 _REDUCE = {"ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceMean": "mean"}
@@ -397,6 +730,9 @@ def _unsqueeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: 
 def _squeeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: Any = None) -> Any:
     if isinstance(x, ShapeValue) and len(x.dims) == 1 and (axes_in is None and axes is None or _axes(imp, node, axes_in, axes) in ([0], [-1])):
         return DimValue(x.dims[0])
+    if isinstance(x, np.ndarray) and x.dtype.kind in "iub":  # shape arithmetic on constants
+        wanted = _axes(imp, node, axes_in, axes)
+        return np.squeeze(x, tuple(wanted)) if wanted else np.squeeze(x)
     x = imp.tensor(x)
     rank = x.tensor_type.rank
     wanted = _axes(imp, node, axes_in, axes)
@@ -459,11 +795,130 @@ def _slice(imp: OnnxImporter, node: Any, x: Any, starts: Any, ends: Any, axes: A
     out = imp.tensor(x)
     for a, lo, hi, step in zip(ax, s, e, st):
         a = normalize_axis(a, out.tensor_type.rank, "Slice")
-        if step <= 0:
-            raise LoweringError("Slice with a negative step")
+        if step == 0:
+            raise LoweringError(f"Slice step 0 on axis {a}")
+        if step < 0:
+            out = _reversed_slice(imp, out, a, lo, hi, -step)
+            continue
         bounds = [slice_bound(imp, out.shape[a], v) for v in (lo, hi)]
         out = imp.graph.add("slice", (out, *bounds), {"axis": a, "step": step})
     return out
+
+
+def _reversed_slice(imp: OnnxImporter, x: Node, axis: int, start: int, stop: int, step: int) -> Node:
+    """x[start:stop:-step] along ``axis``: a forward slice of the flipped axis, whose position j
+    is n - 1 - j of the original."""
+    n = _known_dim(x.shape[axis])
+    if n is None:
+        raise LoweringError(f"Slice with a negative step on axis {axis}, whose size ({x.shape[axis]}) is not known when the model is compiled")
+    first, last = (v + n if v < 0 else v for v in (start, stop))
+    first, last = min(max(first, -1), n - 1), min(max(last, -1), n - 1)  # numpy's clamping for a negative step
+    lo, hi = n - 1 - first, n - 1 - last
+    return imp.graph.add("slice", (flip(imp, x, axis), imp.index(lo), imp.index(max(hi, lo))), {"axis": axis, "step": step})
+
+
+@onnx_op("SpaceToDepth", "DepthToSpace")
+def _space_depth(imp: OnnxImporter, node: Any, x: Any, blocksize: int, mode: str = "DCR") -> Node:
+    """Blocks of ``blocksize`` x ``blocksize`` pixels moved into channels or back: a reshape, a
+    transpose, a reshape. DCR mode puts the block index in the channel's high part, CRD in its
+    low part."""
+    x = imp.tensor(x)
+    if x.tensor_type.rank != 4:
+        raise LoweringError(f"{node.op_type} takes a 4-d NCHW input, not rank {x.tensor_type.rank}")
+    n, c, h, w = x.shape
+    b = blocksize
+    c, h, w = as_expr(c), as_expr(h), as_expr(w)
+    if node.op_type == "SpaceToDepth":
+        for i, d in ((2, h), (3, w)):
+            _require_divisible(imp, d, b, f"SpaceToDepth: dim {i} must be divisible by blocksize {b}")
+        if mode not in ("DCR", "CRD"):
+            raise LoweringError(f"SpaceToDepth mode {mode!r} (ONNX allows DCR and CRD)")
+        blocks = reshape(imp, x, [n, c, h // b, b, w // b, b])
+        moved = imp.graph.add("transpose", (blocks,), {"perm": (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)})
+        return reshape(imp, moved, [n, c * b * b, h // b, w // b])
+    _require_divisible(imp, c, b * b, f"DepthToSpace: channels (dim 1) must be divisible by blocksize^2 = {b * b}")
+    if mode == "DCR":
+        blocks, perm = reshape(imp, x, [n, b, b, c // (b * b), h, w]), (0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        blocks, perm = reshape(imp, x, [n, c // (b * b), b, b, h, w]), (0, 1, 4, 2, 5, 3)
+    else:
+        raise LoweringError(f"DepthToSpace mode {mode!r} (ONNX allows DCR and CRD)")
+    return reshape(imp, imp.graph.add("transpose", (blocks,), {"perm": perm}), [n, c // (b * b), h * b, w * b])
+
+
+@onnx_op("EyeLike")
+def _eye_like(imp: OnnxImporter, node: Any, x: Any, dtype: int | None = None, k: int = 0) -> Node:
+    x = imp.tensor(x)
+    if x.tensor_type.rank != 2:
+        raise LoweringError(f"EyeLike takes a 2-d input, not rank {x.tensor_type.rank}")
+    out = x.dtype if dtype is None else ELEM_TYPES.get(dtype)
+    if out is None:
+        raise LoweringError(f"EyeLike to element type {dtype}, which disc does not run")
+    rows, cols = x.shape
+    on_diagonal = elementwise(imp, "logical_and", [triangle(imp, rows, cols, True, k), triangle(imp, rows, cols, False, k)], "i1")
+    return convert(imp, on_diagonal, out)
+
+
+@onnx_op("OneHot")
+def _one_hot(imp: OnnxImporter, node: Any, indices: Any, depth: Any, values: Any, axis: int = -1) -> Node:
+    """``values[1]`` where a new axis' position equals the index (a negative index counts from
+    ``depth``), ``values[0]`` elsewhere; an index outside [-depth, depth) hits nothing."""
+    size = _ints(depth, "OneHot's depth")[0]
+    idx = convert(imp, imp.tensor(indices), "i64")  # float indices truncate, as ONNX casts them
+    idx = select(imp, elementwise(imp, "lt", [idx, 0], "i64"), elementwise(imp, "add", [idx, size], "i64"), idx, "i64")
+    rank = idx.tensor_type.rank + 1
+    a = normalize_axis(axis, rank, "OneHot")
+    shape = [*idx.shape[:a], size, *idx.shape[a:]]
+    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(size),), {"dtype": "i64"}), *imp.sizes(shape)), {"dims": (a,)})
+    spread = imp.graph.add("broadcast_in_dim", (idx, *imp.sizes(shape)), {"dims": tuple(i for i in range(rank) if i != a)})
+    v = imp.tensor(values)
+    off, on = (reshape(imp, imp.graph.add("slice", (v, imp.index(i), imp.index(i + 1)), {"axis": 0, "step": 1}), []) for i in (0, 1))
+    return select(imp, imp.graph.add("eq", (positions, spread)), on, off, v.dtype)
+
+
+@onnx_op("ReverseSequence")
+def _reverse_sequence(imp: OnnxImporter, node: Any, x: Any, lens: Any, batch_axis: int = 1, time_axis: int = 0) -> Node:
+    """Each batch entry's first ``lens[b]`` time steps reversed, the rest kept: a gather along
+    time at ``lens[b] - 1 - t`` for t < lens[b], else t."""
+    x = imp.tensor(x)
+    shape = x.shape
+    t = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(shape[time_axis]),), {"dtype": "i64"}), *imp.sizes(shape)), {"dims": (time_axis,)})
+    n = imp.graph.add("broadcast_in_dim", (convert(imp, imp.tensor(lens), "i64"), *imp.sizes(shape)), {"dims": (batch_axis,)})
+    back = elementwise(imp, "sub", [elementwise(imp, "sub", [n, 1], "i64"), t], "i64")
+    index = select(imp, imp.graph.add("lt", (t, n)), back, t, "i64")
+    return imp.graph.add("gather", (x, index), {"axis": time_axis})
+
+
+@onnx_op("GatherND")
+def _gather_nd(imp: OnnxImporter, node: Any, x: Any, indices: Any, batch_dims: int = 0) -> Node:
+    """Slices of ``x`` at the index tuples of ``indices``' last axis, as one index_select on ``x``
+    with its batch and indexed dims flattened: the flat index is the batch position and the
+    tuple (negatives counted from the end) combined by those dims' strides."""
+    data, index = imp.tensor(x), convert(imp, imp.tensor(indices), "i64")
+    depth = _known_dim(index.shape[-1])
+    if depth is None:
+        raise LoweringError(f"GatherND: the index tuples' length (the last dim of indices, {index.shape[-1]}) must be known when the model is compiled")
+    lead = batch_dims + depth
+    if lead > data.tensor_type.rank:
+        raise LoweringError(f"GatherND: batch_dims {batch_dims} + tuple length {depth} exceed the data's rank {data.tensor_type.rank}")
+    spots = list(index.shape[:-1])
+    flat = None
+    for i in range(lead):
+        if i < batch_dims:
+            part = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(data.shape[i]),), {"dtype": "i64"}), *imp.sizes(spots)), {"dims": (i,)})
+        else:
+            j = i - batch_dims
+            part = reshape(imp, imp.graph.add("slice", (index, imp.index(j), imp.index(j + 1)), {"axis": index.tensor_type.rank - 1, "step": 1}), spots)
+            size = imp.graph.add("broadcast_in_dim", (imp.graph.add("index_to_tensor", (imp.index(data.shape[i]),), {"dtype": "i64"}), *imp.sizes(spots)), {"dims": ()})
+            part = select(imp, elementwise(imp, "lt", [part, 0], "i64"), elementwise(imp, "add", [part, size], "i64"), part, "i64")
+        if flat is None:
+            flat = part
+        else:
+            size = imp.graph.add("broadcast_in_dim", (imp.graph.add("index_to_tensor", (imp.index(data.shape[i]),), {"dtype": "i64"}), *imp.sizes(spots)), {"dims": ()})
+            flat = elementwise(imp, "add", [elementwise(imp, "mul", [flat, size], "i64"), part], "i64")
+    rows = reshape(imp, data, [product(data.shape[:lead]), *data.shape[lead:]])
+    picked = imp.graph.add("index_select", (rows, reshape(imp, flat, [product(spots)])), {"axis": 0})
+    return reshape(imp, picked, [*spots, *data.shape[lead:]])
 
 
 @onnx_op("Expand")
@@ -477,6 +932,9 @@ def _expand(imp: OnnxImporter, node: Any, x: Any, shape: Any) -> Node:
 def _constant_of_shape(imp: OnnxImporter, node: Any, shape: Any, value: Any = None) -> Node:
     fill = value if value is not None else np.zeros((1,), np.float32)
     dims = _dims_of(shape, "ConstantOfShape's shape")
+    sizes = [_known_dim(d) for d in dims]
+    if None not in sizes and np.asarray(fill).dtype.kind in "iu" and int(np.prod(sizes)) <= 64:
+        return np.full(sizes, np.asarray(fill).reshape(-1)[0])  # small integer fills are shape arithmetic
     scalar = imp.graph.add_constant(np.asarray(fill).reshape(()))
     return imp.graph.add("broadcast_in_dim", (scalar, *imp.sizes(dims)), {"dims": ()})
 
@@ -503,15 +961,64 @@ def _range(imp: OnnxImporter, node: Any, start: Any, limit: Any, delta: Any) -> 
 
 
 # -- convolution and pooling -----------------------------------------------------------------------------
+def _explicit_pads(imp: OnnxImporter, node: Any, spatial: Sequence[DimLike], kernel: Sequence[int], strides: Any, dilations: Any, pads: Any, auto_pad: str) -> list[int]:
+    """The begin and end pads (ONNX's ``pads`` layout) that ``auto_pad`` asks for. SAME pads so
+    that out = ceil(in / stride): a total of (out - 1) * stride + extent - in, the odd one at the
+    end (SAME_UPPER) or the beginning (SAME_LOWER). With stride 1 that is extent - 1 for any in;
+    with a larger stride it depends on the dim, which must then be known."""
+    n = len(kernel)
+    if auto_pad in ("NOTSET", "VALID"):
+        return list(pads) if pads is not None and auto_pad == "NOTSET" else [0] * (2 * n)
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise LoweringError(f"{node.op_type} with auto_pad={auto_pad!r} (ONNX allows NOTSET, VALID, SAME_UPPER, SAME_LOWER)")
+    strides, dilations = list(strides or [1] * n), list(dilations or [1] * n)
+    low, high = [], []
+    for i in range(n):
+        extent = (kernel[i] - 1) * dilations[i] + 1
+        if strides[i] == 1:
+            total = extent - 1
+        else:
+            size = _known_dim(spatial[i])
+            if size is None:
+                raise LoweringError(f"{node.op_type} with auto_pad={auto_pad} and stride {strides[i]} on spatial dim {i} ({spatial[i]}), which is not known when the model is compiled")
+            total = max((-(-size // strides[i]) - 1) * strides[i] + extent - size, 0)
+        small = total // 2
+        low.append(small if auto_pad == "SAME_UPPER" else total - small)
+        high.append(total - low[-1])
+    return low + high
+
+
+def _require_divisible(imp: OnnxImporter, d: DimLike, k: int, why: str) -> None:
+    """``d % k == 0``: proven now, or checked when the program runs (a known dim that fails is an
+    error now)."""
+    c = imp.graph.constraints
+    if c.prove_divisible(d, k):
+        return
+    if _known_dim(d) is not None:
+        raise LoweringError(f"{why}; it is {d}")
+    c.assume(d, "%", k, why)
+
+
+def _known_dim(d: DimLike) -> int | None:
+    if isinstance(d, int):
+        return d
+    e = as_expr(d)
+    return e.const_value if e.is_const else None
+
+
 @onnx_op("Conv")
 def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations: Any = None, group: int = 1, kernel_shape: Any = None, pads: Any = None, strides: Any = None, auto_pad: str = "NOTSET") -> Node:
-    if auto_pad not in ("NOTSET", "VALID"):
-        raise LoweringError(f"Conv with auto_pad={auto_pad}")
     x, w = imp.tensor(x), imp.tensor(w)
     n = w.tensor_type.rank - 2
-    pads = list(pads) if pads is not None else [0] * (2 * n)
-    if pads[:n] != pads[n:]:
-        raise LoweringError(f"Conv with asymmetric pads {pads}")
+    kernel = [_known_dim(d) for d in w.shape[2:]]
+    if None in kernel:
+        raise LoweringError(f"Conv with a kernel of run-time size {w.shape[2:]}")
+    pads = _explicit_pads(imp, node, x.shape[2:], kernel, strides, dilations, pads, auto_pad)
+    if pads[:n] != pads[n:]:  # the convolution pads symmetrically: the uneven part goes in a pad first
+        extra_low = [max(lo - hi, 0) for lo, hi in zip(pads[:n], pads[n:])]
+        extra_high = [max(hi - lo, 0) for lo, hi in zip(pads[:n], pads[n:])]
+        x = imp.graph.add("pad", (x,), {"low": (0, 0, *extra_low), "high": (0, 0, *extra_high), "value": 0.0})
+        pads = [min(lo, hi) for lo, hi in zip(pads[:n], pads[n:])] * 2
     out = imp.graph.add(
         "convolution",
         (x, w),
@@ -532,12 +1039,11 @@ def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations
 
 
 # -- pooling ---------------------------------------------------------------------------------------------
-def _pool_attrs(node: Any, rank: int, kernel_shape: Sequence[int], strides: Any, pads: Any, dilations: Any, auto_pad: str) -> dict:
+def _pool_attrs(imp: OnnxImporter, node: Any, x: Node, kernel_shape: Sequence[int], strides: Any, pads: Any, dilations: Any, auto_pad: str) -> dict:
     n = len(kernel_shape)
-    if auto_pad not in ("NOTSET", "VALID"):
-        raise LoweringError(f"{node.op_type} with auto_pad={auto_pad}")
-    pads = list(pads) if pads is not None else [0] * (2 * n)
+    rank = x.tensor_type.rank
     lead = rank - n
+    pads = _explicit_pads(imp, node, x.shape[lead:], kernel_shape, strides, dilations, pads, auto_pad)
     return {
         "window": (1,) * lead + tuple(kernel_shape),
         "strides": (1,) * lead + tuple(strides or [1] * n),
@@ -551,14 +1057,14 @@ def _max_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] 
     if len(node.output) > 1 and node.output[1]:
         raise LoweringError("MaxPool's Indices output")
     x = imp.tensor(x)
-    attrs = _pool_attrs(node, x.tensor_type.rank, kernel_shape, strides, pads, dilations, auto_pad)
+    attrs = _pool_attrs(imp, node, x, kernel_shape, strides, pads, dilations, auto_pad)
     return imp.graph.add("reduce_window", (x,), {"kind": "max", "ceil_mode": bool(ceil_mode), **attrs})
 
 
 @onnx_op("AveragePool")
 def _avg_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] = (), strides: Any = None, pads: Any = None, dilations: Any = None, ceil_mode: int = 0, auto_pad: str = "NOTSET", count_include_pad: int = 0) -> Node:
     x = imp.tensor(x)
-    attrs = _pool_attrs(node, x.tensor_type.rank, kernel_shape, strides, pads, dilations, auto_pad)
+    attrs = _pool_attrs(imp, node, x, kernel_shape, strides, pads, dilations, auto_pad)
     total = imp.graph.add("reduce_window", (x,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
     padded = any(p != (0, 0) for p in attrs["padding"])
     if (count_include_pad or not padded) and not ceil_mode:
@@ -577,6 +1083,16 @@ def _avg_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] 
     if not imp.graph.constraints.prove_same_shape(total.shape, count.shape):
         raise LoweringError(f"AveragePool: window counts of shape {count.shape} for sums of shape {total.shape}")
     return elementwise(imp, "div", [total, count], x.dtype)
+
+
+@onnx_op("LpPool")
+def _lp_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] = (), p: int = 2, strides: Any = None, pads: Any = None, dilations: Any = None, ceil_mode: int = 0, auto_pad: str = "NOTSET") -> Node:
+    """(sum of |x|^p over the window)^(1/p); padding adds zeros, which add nothing."""
+    x = imp.tensor(x)
+    attrs = _pool_attrs(imp, node, x, kernel_shape, strides, pads, dilations, auto_pad)
+    powered = elementwise(imp, "mul", [x, x], x.dtype) if p == 2 else elementwise(imp, "pow", [imp.graph.add("abs", (x,)), float(p)], x.dtype)
+    total = imp.graph.add("reduce_window", (powered,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
+    return imp.graph.add("sqrt", (total,)) if p == 2 else elementwise(imp, "pow", [total, 1.0 / p], x.dtype)
 
 
 @onnx_op("GlobalAveragePool", "GlobalMaxPool")
@@ -637,8 +1153,6 @@ def _lp_normalization(imp: OnnxImporter, node: Any, x: Any, axis: int = -1, p: i
 
 @onnx_op("Pad")
 def _pad(imp: OnnxImporter, node: Any, x: Any, pads: Any, value: Any = None, axes: Any = None, mode: str = "constant") -> Node:
-    if mode != "constant":
-        raise LoweringError(f"Pad mode {mode!r}")
     x = imp.tensor(x)
     rank = x.tensor_type.rank
     amounts = _ints(pads, "Pad's pads")
@@ -646,12 +1160,50 @@ def _pad(imp: OnnxImporter, node: Any, x: Any, pads: Any, value: Any = None, axe
     low, high = [0] * rank, [0] * rank
     for i, a in enumerate(chosen):
         low[a], high[a] = amounts[i], amounts[i + len(chosen)]
+    if mode in ("edge", "reflect", "wrap"):
+        for a in range(rank):
+            x = _pad_from_data(imp, x, a, low[a], high[a], mode)
+        return x
+    if mode != "constant":
+        raise LoweringError(f"Pad mode {mode!r} (ONNX allows constant, reflect, edge, wrap)")
     fill = 0.0 if value is None else float(np.asarray(_known(value)).reshape(-1)[0]) if _known(value) is not None else None
     if fill is None and isinstance(value, Node) and value.op == "input":
         raise NeedsValue("Pad's value", value.name)
     if fill is None:
         raise LoweringError("Pad's value must be a constant")
     return imp.graph.add("pad", (x,), {"low": tuple(low), "high": tuple(high), "value": fill if x.dtype in FLOAT_DTYPES else int(fill)})
+
+
+def _pad_from_data(imp: OnnxImporter, x: Node, axis: int, low: int, high: int, mode: str) -> Node:
+    """``x`` padded along ``axis`` with its own elements: the edge repeated, a mirror without the
+    edge (reflect) or the far end (wrap)."""
+    if low == 0 and high == 0:
+        return x
+    n = x.shape[axis]
+    c = imp.graph.constraints
+    if low < 0 or high < 0:
+        raise LoweringError(f"Pad mode {mode!r} with negative pads ({low}, {high}) on axis {axis}")
+    need = max(max(low, high) + (1 if mode == "reflect" else 0), 1)
+    if not c.prove_ge(n, need):  # a dim known only at run time is checked there
+        if _known_dim(n) is not None:
+            raise LoweringError(f"Pad mode {mode!r}: axis {axis} has {n} elements, fewer than the {need} that pads ({low}, {high}) need")
+        c.assume(n, ">=", need, f"Pad mode {mode!r}: axis {axis} must have at least {need} elements for pads ({low}, {high})")
+
+    def part(start: DimLike, stop: DimLike) -> Node:
+        return imp.graph.add("slice", (x, imp.index(start), imp.index(stop)), {"axis": axis, "step": 1})
+
+    def repeated(edge: Node, count: int) -> Node:
+        return broadcast_to(imp, edge, [count if i == axis else d for i, d in enumerate(x.shape)])
+
+    end = as_expr(n)
+    if mode == "edge":
+        before, after = repeated(part(0, 1), low), repeated(part(end - 1, end), high)
+    elif mode == "reflect":
+        before, after = flip(imp, part(1, low + 1), axis), flip(imp, part(end - 1 - high, end - 1), axis)
+    else:
+        before, after = part(end - low, end), part(0, high)
+    pieces = ([before] if low else []) + [x] + ([after] if high else [])
+    return imp.graph.add("concat", pieces, {"axis": axis})
 
 
 @onnx_op("Split")
