@@ -26,13 +26,13 @@ from onnx_conformance import run  # noqa: E402
 
 # (category, case names (regex), least ok): the node cases in four slices for the test workers.
 SLICES = [
-    ("node", r"^test_[a-c]", 382),
+    ("node", r"^test_[a-c]", 393),
     ("node", r"^test_[d-k]", 143),
-    ("node", r"^test_[l-r]", 463),
-    ("node", r"^test_[s-z]", 235),
+    ("node", r"^test_[l-r]", 506),
+    ("node", r"^test_[s-z]", 250),
     ("simple", ".", 7),
-    ("pytorch-converted", ".", 77),
-    ("pytorch-operator", ".", 34),
+    ("pytorch-converted", ".", 79),
+    ("pytorch-operator", ".", 35),
     ("light models", ".", 9),
 ]
 

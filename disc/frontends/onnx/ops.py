@@ -524,6 +524,56 @@ def _attention(
     return [out, present_k, present_v, qk]
 
 
+@onnx_op("RotaryEmbedding")
+def _rotary_embedding(imp: OnnxImporter, node: Any, x: Any, cos_cache: Any, sin_cache: Any, position_ids: Any = None, interleaved: int = 0, rotary_embedding_dim: int = 0, num_heads: int = 0) -> Node:
+    """Rotary position embedding: the first ``rotary_embedding_dim`` features of each head turned
+    as (x1, x2) pairs, halves or (``interleaved``) neighbours, by the cached cos/sin at each
+    position (rows of the caches picked by ``position_ids`` when given); the rest pass."""
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    if rank == 4:  # [batch, heads, seq, size] -> [batch, seq, heads, size]
+        work = imp.graph.add("transpose", (x,), {"perm": (0, 2, 1, 3)})
+    elif rank == 3:
+        if not num_heads:
+            raise LoweringError("RotaryEmbedding on a 3-d input needs num_heads")
+        b, s_, hidden = x.shape
+        _require_divisible(imp, hidden, num_heads, f"RotaryEmbedding: the hidden dim must be divisible by num_heads={num_heads}")
+        work = reshape(imp, x, [b, s_, num_heads, as_expr(hidden) // num_heads])
+    else:
+        raise LoweringError(f"RotaryEmbedding takes a 3-d or 4-d input, not rank {rank}")
+    b, seq, heads, size = work.shape
+    rd = rotary_embedding_dim or _known_dim(size)
+    if rd is None or rd % 2:
+        raise LoweringError(f"RotaryEmbedding needs an even, known rotated size (rotary_embedding_dim {rotary_embedding_dim}, head size {size})")
+    cos, sin = imp.tensor(cos_cache), imp.tensor(sin_cache)
+    if position_ids is not None:
+        pos = reshape(imp, convert(imp, imp.tensor(position_ids), "i64"), [as_expr(b) * seq])
+        cos, sin = (reshape(imp, imp.graph.add("index_select", (c, pos), {"axis": 0}), [b, seq, rd // 2]) for c in (cos, sin))
+    cos, sin = (imp.graph.add("broadcast_in_dim", (c, *imp.sizes([b, seq, heads, rd // 2])), {"dims": (0, 1, 3)}) for c in (cos, sin))
+    last = 3
+
+    def part(t: Node, start: DimLike, stop: DimLike, step: int = 1) -> Node:
+        return imp.graph.add("slice", (t, imp.index(start), imp.index(stop)), {"axis": last, "step": step})
+
+    if interleaved:
+        x1, x2 = part(work, 0, rd, 2), part(work, 1, rd, 2)
+    else:
+        x1, x2 = part(work, 0, rd // 2), part(work, rd // 2, rd)
+    dt = x.dtype
+    real = elementwise(imp, "sub", [elementwise(imp, "mul", [cos, x1], dt), elementwise(imp, "mul", [sin, x2], dt)], dt)
+    imag = elementwise(imp, "add", [elementwise(imp, "mul", [sin, x1], dt), elementwise(imp, "mul", [cos, x2], dt)], dt)
+    if interleaved:
+        pairs = [reshape(imp, v, [b, seq, heads, rd // 2, 1]) for v in (real, imag)]
+        turned = reshape(imp, imp.graph.add("concat", pairs, {"axis": 4}), [b, seq, heads, rd])
+    else:
+        turned = imp.graph.add("concat", (real, imag), {"axis": last})
+    if not imp.graph.constraints.prove_equal(size, rd):
+        turned = imp.graph.add("concat", (turned, part(work, rd, size)), {"axis": last})
+    if rank == 3:
+        return reshape(imp, turned, x.shape)
+    return imp.graph.add("transpose", (turned,), {"perm": (0, 2, 1, 3)})
+
+
 # -- normalisation and softmax -------------------------------------------------------------------------
 @onnx_op("Softmax", "LogSoftmax")
 def _softmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
@@ -921,6 +971,62 @@ def _gather_nd(imp: OnnxImporter, node: Any, x: Any, indices: Any, batch_dims: i
     return reshape(imp, picked, [*spots, *data.shape[lead:]])
 
 
+def _scatter(imp: OnnxImporter, node: Any, data: Node, index: Node, updates: Node, axis: int, reduction: str) -> Node:
+    """``data`` with ``updates`` written (or added) at ``index`` along ``axis`` (index, updates of one
+    shape): scatter_add of the updates, and for a plain write a scatter_add of ones marking which
+    elements were written. ONNX leaves duplicate indices of a plain write undefined."""
+    if reduction not in ("none", "add"):
+        raise LoweringError(f"{node.op_type} with reduction={reduction!r} (disc scatters with none and add)")
+    if data.dtype == "i1":
+        raise LoweringError(f"{node.op_type} on bool data")
+    if reduction == "add":
+        return imp.graph.add("scatter_add", (data, index, updates), {"axis": axis})
+    zero = broadcast_to(imp, scalar(imp, 0, data.dtype), data.shape)
+    written = imp.graph.add("scatter_add", (zero, index, updates), {"axis": axis})
+    marks = imp.graph.add("scatter_add", (zero, index, broadcast_to(imp, scalar(imp, 1, data.dtype), updates.shape)), {"axis": axis})
+    return select(imp, elementwise(imp, "gt", [marks, 0], data.dtype), written, data, data.dtype)
+
+
+def _wrapped_index(imp: OnnxImporter, index: Node, size: DimLike) -> Node:
+    """A negative index counted from the end of a dim of ``size``."""
+    index = convert(imp, index, "i64")
+    n = imp.graph.add("index_to_tensor", (imp.index(size),), {"dtype": "i64"})
+    return select(imp, elementwise(imp, "lt", [index, 0], "i64"), elementwise(imp, "add", [index, n], "i64"), index, "i64")
+
+
+@onnx_op("ScatterElements", "Scatter")
+def _scatter_elements(imp: OnnxImporter, node: Any, x: Any, indices: Any, updates: Any, axis: int = 0, reduction: str = "none") -> Node:
+    data = imp.tensor(x)
+    a = normalize_axis(axis, data.tensor_type.rank, node.op_type)
+    return _scatter(imp, node, data, _wrapped_index(imp, imp.tensor(indices), data.shape[a]), imp.tensor(updates), a, reduction)
+
+
+@onnx_op("ScatterND")
+def _scatter_nd(imp: OnnxImporter, node: Any, x: Any, indices: Any, updates: Any, reduction: str = "none") -> Node:
+    """Slices of ``data`` at the index tuples of ``indices``' last axis replaced (or added to): one
+    scatter along the flattened indexed dims."""
+    data, index, upd = imp.tensor(x), imp.tensor(indices), imp.tensor(updates)
+    depth = _known_dim(index.shape[-1])
+    if depth is None or depth > data.tensor_type.rank:
+        raise LoweringError(f"ScatterND: the index tuples' length ({index.shape[-1]}) must be known and at most the data's rank {data.tensor_type.rank}")
+    spots = list(index.shape[:-1])
+    rest = list(data.shape[depth:])
+    flat = None
+    for i in range(depth):
+        part = reshape(imp, imp.graph.add("slice", (index, imp.index(i), imp.index(i + 1)), {"axis": index.tensor_type.rank - 1, "step": 1}), spots)
+        part = _wrapped_index(imp, part, data.shape[i])
+        if flat is None:
+            flat = part
+        else:
+            size = imp.graph.add("index_to_tensor", (imp.index(data.shape[i]),), {"dtype": "i64"})
+            flat = elementwise(imp, "add", [elementwise(imp, "mul", [flat, size], "i64"), part], "i64")
+    count = product(spots)
+    rows = reshape(imp, data, [product(data.shape[:depth]), *rest])
+    values = reshape(imp, upd, [count, *rest])
+    where = imp.graph.add("broadcast_in_dim", (reshape(imp, flat, [count]), *imp.sizes(values.shape)), {"dims": (0,)})
+    return reshape(imp, _scatter(imp, node, rows, where, values, 0, reduction), data.shape)
+
+
 @onnx_op("Expand")
 def _expand(imp: OnnxImporter, node: Any, x: Any, shape: Any) -> Node:
     x = imp.tensor(x)
@@ -1036,6 +1142,235 @@ def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations
     bias = imp.tensor(b)
     return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (bias, *imp.sizes(out.shape)), {"dims": (1,)})))
 
+
+
+@onnx_op("ConvTranspose")
+def _conv_transpose(
+    imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, auto_pad: str = "NOTSET", dilations: Any = None, group: int = 1, kernel_shape: Any = None,
+    output_padding: Any = None, output_shape: Any = None, pads: Any = None, strides: Any = None,
+) -> Node:
+    """The transposed convolution at its full size, (in - 1) * stride + extent, then cut to ONNX's
+    output: ``pads`` removed from each end, the end extended by ``output_padding``. SAME pads
+    make out = in * stride (the odd one at the end for SAME_UPPER). An ``output_shape`` given with
+    explicit pads keeps the full result's start and cuts or extends its end, as ONNX's reference."""
+    x, w = imp.tensor(x), imp.tensor(w)
+    n = w.tensor_type.rank - 2
+    kernel = [_known_dim(d) for d in w.shape[2:]]
+    if None in kernel:
+        raise LoweringError(f"ConvTranspose with a kernel of run-time size {w.shape[2:]}")
+    strides, dilations = list(strides or [1] * n), list(dilations or [1] * n)
+    extra = list(output_padding or [0] * n)[:n]
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    fit = None
+    if pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        low, high = [], []
+        for i in range(n):
+            if output_shape is not None:
+                size = _known_dim(x.shape[2 + i])
+                if size is None:
+                    raise LoweringError(f"ConvTranspose with output_shape and auto_pad={auto_pad} on spatial dim {i} ({x.shape[2 + i]}), which is not known when the model is compiled")
+                total = strides[i] * (size - 1) + extra[i] + extents[i] - int(output_shape[i])
+            else:  # out = in * stride: the total does not depend on in
+                total = extra[i] + extents[i] - strides[i]
+            small = total // 2
+            low.append(small if auto_pad == "SAME_UPPER" else total - small)
+            high.append(total - low[-1])
+    elif auto_pad in ("NOTSET", "VALID"):
+        pads = list(pads) if pads is not None and auto_pad == "NOTSET" else [0] * (2 * n)
+        low, high = pads[:n], pads[n:]
+        fit = [int(v) for v in output_shape] if output_shape is not None else None
+    else:
+        raise LoweringError(f"ConvTranspose with auto_pad={auto_pad!r} (ONNX allows NOTSET, VALID, SAME_UPPER, SAME_LOWER)")
+    # The op itself trims ``both`` from each end; output_padding re-extends the end into the full
+    # result (zeros only past its end), so the end's trim is the pad less output_padding.
+    both = [max(min(lo, hi - e), 0) for lo, hi, e in zip(low, high, extra)]
+    attrs = {"stride": tuple(strides), "padding": tuple(both), "dilation": tuple(dilations), "groups": int(group), "transposed": True, "output_padding": (0,) * n}
+    out = imp.graph.add("convolution", (x, w), attrs)
+    for i in range(n):
+        axis = 2 + i
+        size = as_expr(out.shape[axis])
+        lo = low[i] - both[i]  # > 0: cut from the start; < 0: zeros added there
+        if fit is None:
+            hi = high[i] - both[i] - extra[i]  # the same at the end
+        else:
+            cut = _known_dim(size - lo - fit[i])
+            if cut is None:
+                raise LoweringError(f"ConvTranspose with output_shape on spatial dim {i}, whose input size ({x.shape[axis]}) is not known when the model is compiled")
+            hi = cut
+        if lo > 0 or hi > 0:
+            start, stop = max(lo, 0), size - max(hi, 0)
+            out = imp.graph.add("slice", (out, imp.index(start), imp.index(stop)), {"axis": axis, "step": 1})
+        if lo < 0 or hi < 0:
+            low_pad, high_pad = [0] * (n + 2), [0] * (n + 2)
+            low_pad[axis], high_pad[axis] = max(-lo, 0), max(-hi, 0)
+            out = imp.graph.add("pad", (out,), {"low": tuple(low_pad), "high": tuple(high_pad), "value": 0.0})
+    if b is None:
+        return out
+    return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes(out.shape)), {"dims": (1,)})))
+
+
+# -- resize ---------------------------------------------------------------------------------------------
+_RESIZE_MODES = {"nearest", "linear", "cubic"}
+_COORDINATE_MODES = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"}
+_NEAREST_MODES = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
+
+
+def _resized_dim(node: Any, size: DimLike, scale: float) -> DimLike:
+    """floor(size * scale), as ONNX computes an output size from a scale."""
+    n = _known_dim(size)
+    if n is not None:
+        return int(scale * n)
+    if float(scale).is_integer():
+        return as_expr(size) * int(scale)
+    if (1.0 / scale).is_integer():
+        return as_expr(size) // int(1.0 / scale)
+    raise LoweringError(f"{node.op_type}: scale {scale} of a dim ({size}) not known when the model is compiled (only whole multiples and 1/k scales stay symbolic)")
+
+
+@onnx_op("Resize", "Upsample")
+def _resize(
+    imp: OnnxImporter, node: Any, x: Any, roi: Any = None, scales: Any = None, sizes: Any = None, mode: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor", cubic_coeff_a: float = -0.75, exclude_outside: int = 0, extrapolation_value: float = 0.0, antialias: int = 0,
+    axes: Any = None, keep_aspect_ratio_policy: str = "stretch",
+) -> Node:
+    """Resize as one pass per resized axis, innermost first (ONNX's reference recursion): each
+    output position's source coordinate (a float64 vector over the axis), then the nearest
+    source element, or 2 (linear) or 4 (cubic) neighbours clamped to the edge, gathered and
+    weighted. tf_crop_and_resize puts ``extrapolation_value`` where the coordinate leaves the input."""
+    if node.op_type == "Upsample":  # (opset 9: Upsample(X, scales), asymmetric coordinates)
+        roi, scales, coordinate_transformation_mode = None, roi, "asymmetric"
+        mode = {"bilinear": "linear"}.get(mode, mode)
+    for what, value, allowed in (("mode", mode, _RESIZE_MODES), ("coordinate_transformation_mode", coordinate_transformation_mode, _COORDINATE_MODES), ("nearest_mode", nearest_mode, _NEAREST_MODES)):
+        if value not in allowed:
+            raise LoweringError(f"Resize {what}={value!r} (ONNX allows {', '.join(sorted(allowed))})")
+    if imp.opset < 11 and node.op_type == "Resize":
+        coordinate_transformation_mode = "asymmetric"  # opset 10's Resize(X, scales)
+        scales, roi = roi, None
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    chosen = [normalize_axis(a, rank, "Resize") for a in axes] if axes is not None else list(range(rank))
+    if mode != "nearest" and x.dtype not in FLOAT_DTYPES:
+        raise LoweringError(f"Resize mode {mode!r} on {x.dtype} data (disc interpolates floats)")
+
+    def known_floats(v: Any, what: str) -> list[float] | None:
+        if v is None:
+            return None
+        k = _known(v)
+        if k is None and isinstance(v, Node) and v.op == "input":
+            raise NeedsValue(f"Resize's {what}", v.name)
+        if k is None:
+            raise LoweringError(f"Resize's {what} must be known when the model is compiled (a constant), not computed at run time")
+        return [float(f) for f in np.asarray(k, np.float64).reshape(-1)] or None
+
+    scale_list, size_list = known_floats(scales, "scales"), known_floats(sizes, "sizes")
+    if (scale_list is None) == (size_list is None):
+        raise LoweringError("Resize takes exactly one of scales and sizes")
+    ins = [x.shape[a] for a in chosen]
+    if size_list is not None:
+        outs: list[DimLike] = [int(v) for v in size_list]
+        if keep_aspect_ratio_policy == "stretch":
+            ratios: list[Any] = [None] * len(chosen)  # out / in, computed where the dims are known
+        else:
+            known_in = [_known_dim(d) for d in ins]
+            if None in known_in:
+                raise LoweringError(f"Resize keep_aspect_ratio_policy={keep_aspect_ratio_policy!r} on dims {ins} not known when the model is compiled")
+            picks = [o / i for o, i in zip(outs, known_in)]
+            one = min(picks) if keep_aspect_ratio_policy == "not_larger" else max(picks)
+            ratios = [one] * len(chosen)
+            outs = [int(np.floor(one * i + 0.5)) for i in known_in]
+    else:
+        ratios = list(scale_list)
+        outs = [_resized_dim(node, d, r) for d, r in zip(ins, ratios)]
+    if len(outs) != len(chosen):
+        raise LoweringError(f"Resize: {len(outs)} scales or sizes for {len(chosen)} axes")
+    roi_list = known_floats(roi, "roi") if coordinate_transformation_mode == "tf_crop_and_resize" else None
+    if antialias and mode != "nearest" and any(r is None or r < 1 for r in ratios):
+        raise LoweringError("Resize with antialias when downsampling")
+
+    out = x
+    for j in reversed(range(len(chosen))):
+        a, n_in, n_out, ratio = chosen[j], ins[j], outs[j], ratios[j]
+        crop = (roi_list[j], roi_list[j + len(chosen)]) if roi_list is not None else None
+        if crop is None and ratio in (None, 1.0) and imp.graph.constraints.prove_equal(n_in, n_out):
+            continue  # the identity on this axis, in every coordinate mode but cropping
+        out = _resize_axis(imp, out, a, n_in, n_out, ratio, mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, bool(exclude_outside), extrapolation_value, crop)
+    return out
+
+
+def _resize_axis(imp: OnnxImporter, x: Node, axis: int, n_in: DimLike, n_out: DimLike, ratio: float | None, mode: str, coords: str, nearest_mode: str, a: float, exclude_outside: bool, extrapolation: float, crop: tuple[float, float] | None) -> Node:
+    def f64(v: Any) -> Node:
+        return convert(imp, imp.graph.add("index_to_tensor", (imp.index(v),), {"dtype": "i64"}), "f64") if not isinstance(v, float) else scalar(imp, v, "f64")
+
+    def op(name: str, *xs: Any) -> Node:
+        return elementwise(imp, name, list(xs), "f64")
+
+    o = convert(imp, imp.graph.add("iota", (imp.index(n_out),), {"dtype": "i64"}), "f64")
+    size_in, size_out = f64(n_in), f64(n_out)
+    scale = scalar(imp, ratio, "f64") if ratio is not None else op("div", size_out, size_in)
+    width = op("mul", scale, size_in)  # the output width as a float (not the integer size)
+    centre = op("sub", op("div", op("add", o, 0.5), scale), 0.5)
+    if coords == "half_pixel":
+        pos = centre
+    elif coords == "half_pixel_symmetric":
+        half = op("div", size_in, 2.0)
+        pos = op("add", op("mul", half, op("sub", 1.0, op("div", size_out, width))), centre)
+    elif coords == "pytorch_half_pixel":
+        pos = select(imp, op("eq", width, 1.0), -0.5, centre, "f64")
+    elif coords == "asymmetric":
+        pos = op("div", o, scale)
+    elif coords == "align_corners":
+        pos = select(imp, op("eq", width, 1.0), 0.0, op("div", op("mul", o, op("sub", size_in, 1.0)), op("sub", width, 1.0)), "f64")
+    else:
+        start, end = crop
+        span = op("sub", size_in, 1.0)
+        single = op("add", op("mul", (end - start) / 2, span), op("mul", start, span))
+        spread = op("add", op("div", op("mul", op("mul", o, end - start), span), op("sub", width, 1.0)), op("mul", start, span))
+        pos = select(imp, op("eq", width, 1.0), single, spread, "f64")
+
+    last = imp.graph.add("index_to_tensor", (imp.index(as_expr(n_in) - 1),), {"dtype": "i64"})
+
+    def clamped(index: Node) -> Node:
+        return elementwise(imp, "minimum", [elementwise(imp, "maximum", [index, 0], "i64"), last], "i64")
+
+    def along(v: Node, like: Node) -> Node:
+        return imp.graph.add("broadcast_in_dim", (v, *imp.sizes(like.shape)), {"dims": (axis,)})
+
+    floor = imp.graph.add("floor", (pos,))
+    if mode == "nearest":
+        # An integral coordinate picks itself; otherwise the rounding nearest_mode names.
+        rounded = {"round_prefer_floor": lambda: imp.graph.add("ceil", (op("sub", pos, 0.5),)), "round_prefer_ceil": lambda: imp.graph.add("floor", (op("add", pos, 0.5),)), "floor": lambda: floor, "ceil": lambda: imp.graph.add("ceil", (pos,))}[nearest_mode]()
+        rounded = select(imp, op("eq", pos, floor), pos, rounded, "f64")
+        out = imp.graph.add("index_select", (x, clamped(convert(imp, rounded, "i64"))), {"axis": axis})
+    else:
+        r = op("sub", pos, floor)
+        base = convert(imp, floor, "i64")
+        if mode == "linear":
+            offsets, weights = [0, 1], [op("sub", 1.0, r), r]
+        else:
+            def cubic(t: Node) -> Node:  # Keys' kernel at distance t (|t| <= 2)
+                near = op("add", op("mul", op("mul", op("sub", op("mul", t, a + 2), a + 3), t), t), 1.0)
+                far = op("sub", op("mul", op("add", op("mul", op("sub", op("mul", t, a), 5 * a), t), 8 * a), t), 4 * a)
+                return select(imp, op("le", t, 1.0), near, far, "f64")
+
+            offsets = [-1, 0, 1, 2]
+            weights = [cubic(op("add", r, 1.0)), cubic(r), cubic(op("sub", 1.0, r)), cubic(op("sub", 2.0, r))]
+        indices = [elementwise(imp, "add", [base, k], "i64") for k in offsets]
+        if exclude_outside:
+            inside = [convert(imp, elementwise(imp, "logical_and", [elementwise(imp, "ge", [i, 0], "i64"), elementwise(imp, "le", [i, last], "i64")], "i1"), "f64") for i in indices]
+            weights = [op("mul", w, m) for w, m in zip(weights, inside)]
+            total = weights[0]
+            for w in weights[1:]:
+                total = op("add", total, w)
+            weights = [op("div", w, total) for w in weights]
+        out = None
+        for i, w in zip(indices, weights):
+            tap = imp.graph.add("index_select", (x, clamped(i)), {"axis": axis})
+            term = elementwise(imp, "mul", [tap, along(convert(imp, w, x.dtype), tap)], x.dtype)
+            out = term if out is None else elementwise(imp, "add", [out, term], x.dtype)
+    if crop is not None:
+        outside = elementwise(imp, "logical_or", [op("lt", pos, 0.0), op("gt", pos, op("sub", size_in, 1.0))], "i1")
+        out = select(imp, along(outside, out), extrapolation, out, out.dtype)
+    return out
 
 
 # -- pooling ---------------------------------------------------------------------------------------------
@@ -1240,6 +1575,48 @@ def _argreduce(imp: OnnxImporter, node: Any, x: Any, axis: int = 0, keepdims: in
     x = imp.tensor(x)
     axis = normalize_axis(axis, x.tensor_type.rank, node.op_type)
     return imp.graph.add("argreduce", (x,), {"axis": axis, "kind": node.op_type.lower(), "keepdim": bool(keepdims), "last": bool(select_last_index)})
+
+
+TOPK_UNROLLED = 64  # TopK runs as k selections; a larger k is refused rather than unrolled
+
+
+@onnx_op("TopK")
+def _top_k(imp: OnnxImporter, node: Any, x: Any, k: Any, axis: int = -1, largest: int = 1, sorted: int = 1) -> list[Node]:
+    """The k largest (or smallest) elements along ``axis`` in order, ties by the lower index, and
+    their indices: k rounds that each take the best element not taken yet (NaN counts as the
+    largest, as in PyTorch)."""
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    a = normalize_axis(axis, rank, "TopK")
+    count = _ints(k, "TopK's k")[0]
+    if count > TOPK_UNROLLED:
+        raise LoweringError(f"TopK with k={count}: disc unrolls TopK as k selections, up to k={TOPK_UNROLLED}")
+    c = imp.graph.constraints
+    if not c.prove_ge(x.shape[a], count):
+        if _known_dim(x.shape[a]) is not None:
+            raise LoweringError(f"TopK: k={count} is larger than axis {a} ({x.shape[a]})")
+        c.assume(x.shape[a], ">=", count, f"TopK: axis {a} must have at least k={count} elements")
+    if count == 0:
+        raise LoweringError("TopK with k=0")
+    floats = x.dtype in FLOAT_DTYPES
+    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(x.shape[a]),), {"dtype": "i64"}), *imp.sizes(x.shape)), {"dims": (a,)})
+    taken = broadcast_to(imp, scalar(imp, False, "i1"), x.shape)
+    values, indices = [], []
+    worst = (-np.inf if largest else np.inf) if floats else (np.iinfo(numpy_dtype(x.dtype)).min if largest else np.iinfo(numpy_dtype(x.dtype)).max)
+    for _ in range(count):
+        open_ = select(imp, taken, worst, x, x.dtype)
+        best = reduce(imp, open_, [a], "max" if largest else "min", True)
+        hit = elementwise(imp, "eq", [x, best], x.dtype)
+        if floats:  # a NaN is the best there is (max/min propagate it); x == NaN never holds
+            nan = imp.graph.add("isnan", (x,))
+            hit = elementwise(imp, "logical_or", [hit, elementwise(imp, "logical_and", [nan, broadcast_to(imp, imp.graph.add("isnan", (best,)), x.shape)], "i1")], "i1")
+        hit = elementwise(imp, "logical_and", [hit, imp.graph.add("logical_not", (taken,))], "i1")
+        first = imp.graph.add("argreduce", (convert(imp, hit, "i32"),), {"axis": a, "kind": "argmax", "keepdim": True, "last": False})
+        indices.append(first)
+        values.append(imp.graph.add("gather", (x, first), {"axis": a}))
+        taken = elementwise(imp, "logical_or", [taken, elementwise(imp, "eq", [positions, broadcast_to(imp, first, x.shape)], "i64")], "i1")
+    join = (lambda vs: vs[0]) if count == 1 else (lambda vs: imp.graph.add("concat", vs, {"axis": a}))
+    return [join(values), join(indices)]
 
 
 @onnx_op("Trilu")
