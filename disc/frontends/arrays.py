@@ -117,6 +117,8 @@ def arange(ctx: GraphBuilder, start: Any, limit: Any, delta: Any, dtype: str) ->
             return convert(ctx, ctx.graph.add_constant(values.astype(np.float32)), "bf16")
         return values.astype(numpy_dtype(dtype))
     for v in (start, limit, delta):
+        while isinstance(v, Node) and v.op == "convert":  # a cast input (a size as a float) is still the caller's value
+            v = v.inputs[0]
         if known(v) is None and isinstance(v, Node) and v.op == "input":
             raise NeedsValue("Range's start, limit and step", v.name)
     lim = limit.dim if isinstance(limit, DimValue) else None

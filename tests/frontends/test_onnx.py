@@ -510,6 +510,24 @@ DYNAMIC_CASES = [
         [(2, 2, 1), (3, 5, 4), (2, 7, 2)],
     ),
     (
+        "lstm_bidirectional_with_lengths_and_gru",
+        lambda: _model(
+            [
+                helper.make_node("LSTM", ["x", "lw", "lr", "lb", "lens"], ["y", "yh", "yc"], hidden_size=3, direction="bidirectional"),
+                helper.make_node("GRU", ["x", "gw", "gr", "gb"], ["gy", "gyh"], hidden_size=3, linear_before_reset=1),
+            ],
+            [helper.make_tensor_value_info("x", F, [4, "b", 2]), helper.make_tensor_value_info("lens", TensorProto.INT32, ["b"])],
+            [helper.make_tensor_value_info(o, F, [None] * k) for o, k in (("y", 4), ("yh", 3), ("yc", 3), ("gy", 4), ("gyh", 3))],
+            [
+                _f32(np.random.default_rng(10), "lw", 2, 12, 2, scale=0.5), _f32(np.random.default_rng(11), "lr", 2, 12, 3, scale=0.5), _f32(np.random.default_rng(12), "lb", 2, 24),
+                _f32(np.random.default_rng(13), "gw", 1, 9, 2, scale=0.5), _f32(np.random.default_rng(14), "gr", 1, 9, 3, scale=0.5), _f32(np.random.default_rng(15), "gb", 1, 18),
+            ],
+            opset=14,
+        ),
+        lambda rng, b: {"x": rng.standard_normal((4, b, 2)).astype(np.float32), "lens": rng.integers(1, 5, b).astype(np.int32)},
+        [(1,), (3,), (2,)],
+    ),
+    (
         "elementwise_newcomers",
         lambda: _model(
             [

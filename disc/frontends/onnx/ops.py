@@ -73,6 +73,52 @@ _NUMPY = {
 _NUMPY_LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor}
 
 
+def _shape_pair(imp: OnnxImporter, op: str, a: Any, b: Any) -> Any:
+    """``a op b`` computed now when both are shape values, dims or known integers (the shape
+    subgraph of a model), else None (a run-time op). A caller's input combined with a shape is
+    taken as a value the program is compiled for."""
+    ka, kb = _known(a), _known(b)
+    if ka is not None and kb is not None and op in _NUMPY and ka.dtype.kind in "iu" and kb.dtype.kind in "iu":
+        out = _NUMPY[op](ka, kb)  # shape arithmetic on constants (0-d stays an array)
+        return np.asarray(out, bool if op in _COMPARE.values() else np.result_type(ka, kb))
+    shapes = [v for v in (a, b) if isinstance(v, (ShapeValue, DimValue))]
+    if not shapes:
+        return None
+    for v in (a, b):
+        if isinstance(v, Node) and v.op == "input" and v.dtype in ("i64", "i32"):
+            raise NeedsValue(f"shape arithmetic ({op}) on input", v.name)
+    if isinstance(a, DimValue) or isinstance(b, DimValue):  # arithmetic on one symbolic dim
+        da = a.dim if isinstance(a, DimValue) else (int(ka) if ka is not None and ka.size == 1 else None)
+        db = b.dim if isinstance(b, DimValue) else (int(kb) if kb is not None and kb.size == 1 else None)
+        out = _dim_op(imp, op, da, db) if da is not None and db is not None else None
+        if out is not None:
+            return DimValue(out)
+    da, db = _shape_operand(a), _shape_operand(b)
+    if isinstance(a, ShapeValue) or isinstance(b, ShapeValue):
+        if da is None or db is None:
+            return None
+        if len(da) == 1:
+            da = da * len(db)
+        if len(db) == 1:
+            db = db * len(da)
+        out = [_dim_op(imp, op, x, y) for x, y in zip(da, db)] if len(da) == len(db) else [None]
+        if all(d is not None for d in out):
+            return ShapeValue(out)
+    return None
+
+
+def _dim_op(imp: OnnxImporter, op: str, a: DimLike, b: DimLike) -> DimLike | None:
+    """Arithmetic, max and min of two dims, where symbolic dims allow it."""
+    if op in ("maximum", "minimum"):
+        c = imp.graph.constraints
+        if c.prove_ge(a, b):
+            return a if op == "maximum" else b
+        if c.prove_ge(b, a):
+            return b if op == "maximum" else a
+        return None
+    return _dim_arith(op, a, b)
+
+
 def _dims_compared(imp: OnnxImporter, op: str, a: DimLike, b: DimLike) -> bool | None:
     """``a op b`` on two dims where the constraints decide it, else None."""
     c = imp.graph.constraints
@@ -101,10 +147,10 @@ def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
     op = _BINARY.get(node.op_type) or _COMPARE.get(node.op_type) or _LOGICAL.get(node.op_type) or _BITWISE[node.op_type]
     if op == "remainder" and fmod:
         op = "fmod"  # the dividend's sign, as C's fmod (the default, 0, takes the divisor's)
+    folded = _shape_pair(imp, op, a, b)
+    if folded is not None:
+        return folded
     ka, kb = _known(a), _known(b)
-    if ka is not None and kb is not None and op in _NUMPY and ka.dtype.kind in "iu" and kb.dtype.kind in "iu":
-        out = _NUMPY[op](ka, kb)  # shape arithmetic on constants (0-d stays an array)
-        return np.asarray(out, bool if op in _COMPARE.values() else np.result_type(ka, kb))
     if ka is not None and kb is not None and op in _NUMPY_LOGICAL and ka.dtype == bool and kb.dtype == bool:
         return np.asarray(_NUMPY_LOGICAL[op](ka, kb))
     if op in _COMPARE.values() and (isinstance(a, (ShapeValue, DimValue)) or isinstance(b, (ShapeValue, DimValue))):
@@ -115,21 +161,6 @@ def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
             if None not in decided:  # decided by the constraints: a compile-time condition
                 scalar_like = isinstance(a, DimValue) and isinstance(b, DimValue) or (ka is not None and ka.ndim == 0 and isinstance(b, DimValue)) or (kb is not None and kb.ndim == 0 and isinstance(a, DimValue))
                 return np.array(decided[0]) if scalar_like else np.array(decided)
-    if isinstance(a, DimValue) or isinstance(b, DimValue):  # arithmetic on one symbolic dim
-        da = a.dim if isinstance(a, DimValue) else (int(ka) if ka is not None and ka.size == 1 else None)
-        db = b.dim if isinstance(b, DimValue) else (int(kb) if kb is not None and kb.size == 1 else None)
-        out = _dim_arith(op, da, db) if da is not None and db is not None else None
-        if out is not None:
-            return DimValue(out)
-    da, db = _shape_operand(a), _shape_operand(b)
-    if (isinstance(a, ShapeValue) or isinstance(b, ShapeValue)) and da is not None and db is not None:  # shape arithmetic on symbolic dims
-        if len(da) == 1:
-            da = da * len(db)
-        if len(db) == 1:
-            db = db * len(da)
-        out = [_dim_arith(op, x, y) for x, y in zip(da, db)] if len(da) == len(db) else [None]
-        if all(d is not None for d in out):
-            return ShapeValue(out)
     x, y = imp.tensor(a), imp.tensor(b)
     if op in _LOGICAL.values():
         dtype = "i1"
@@ -179,7 +210,16 @@ _VARIADIC = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "add"}
 
 
 @onnx_op(*_VARIADIC)
-def _variadic(imp: OnnxImporter, node: Any, *xs: Any) -> Node:
+def _variadic(imp: OnnxImporter, node: Any, *xs: Any) -> Any:
+    if node.op_type in ("Max", "Min", "Sum") and len(xs) > 1:  # shape arithmetic: fold it pairwise
+        out = xs[0]
+        for x in xs[1:]:
+            folded = _shape_pair(imp, {"Max": "maximum", "Min": "minimum", "Sum": "add"}[node.op_type], out, x)
+            if folded is None:
+                break
+            out = folded
+        else:
+            return out
     nodes = [imp.tensor(x) for x in xs]
     out = nodes[0]
     for x in nodes[1:]:
@@ -572,6 +612,139 @@ def _rotary_embedding(imp: OnnxImporter, node: Any, x: Any, cos_cache: Any, sin_
     if rank == 3:
         return reshape(imp, turned, x.shape)
     return imp.graph.add("transpose", (turned,), {"perm": (0, 2, 1, 3)})
+
+
+# -- recurrent layers ------------------------------------------------------------------------------------
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+_ACTIVATIONS = {"Tanh": "tanh", "Sigmoid": "sigmoid", "Relu": "relu"}
+
+
+@onnx_op("RNN", "GRU", "LSTM")
+def _recurrent(
+    imp: OnnxImporter, node: Any, x: Any, w: Any, r: Any, b: Any = None, sequence_lens: Any = None, initial_h: Any = None, initial_c: Any = None, p: Any = None,
+    activations: Sequence[str] | None = None, activation_alpha: Any = None, activation_beta: Any = None, clip: float | None = None,
+    direction: str = "forward", hidden_size: int | None = None, layout: int = 0, linear_before_reset: int = 0, input_forget: int = 0,
+) -> list[Node]:
+    """RNN, GRU and LSTM unrolled over a sequence length known when the model is compiled (batch
+    may vary): the input projection for every step in one GEMM, then per step the recurrent GEMM
+    and the gates. ``sequence_lens`` holds a finished entry's state and zeroes its outputs."""
+    kind = node.op_type
+    gates = _GATES[kind]
+    x, w, r = imp.tensor(x), imp.tensor(w), imp.tensor(r)
+    if layout:
+        x = imp.graph.add("transpose", (x,), {"perm": (1, 0, 2)})
+    steps = _known_dim(x.shape[0])
+    if steps is None:
+        raise LoweringError(f"{kind} over a sequence of run-time length ({x.shape[0]}): disc unrolls recurrent layers over a known length")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise LoweringError(f"{kind} direction={direction!r}")
+    if input_forget:
+        raise LoweringError("LSTM with input_forget")
+    dirs = 2 if direction == "bidirectional" else 1
+    hidden = hidden_size or _known_dim(r.shape[2])
+    names = list(activations) if activations else _DEFAULT_ACTIVATIONS[kind] * dirs
+    if len(names) == len(_DEFAULT_ACTIVATIONS[kind]) and dirs == 2:
+        names = names * 2
+    for name in names:
+        if name not in _ACTIVATIONS:
+            raise LoweringError(f"{kind} activation {name!r} (disc takes {', '.join(_ACTIVATIONS)})")
+    batch = x.shape[1]
+    dt = x.dtype
+    lens = convert(imp, imp.tensor(sequence_lens), "i64") if sequence_lens is not None else None
+
+    def pick(t: Node, d: int) -> Node:  # direction d of a [dirs, ...] tensor
+        return reshape(imp, imp.graph.add("slice", (t, imp.index(d), imp.index(d + 1)), {"axis": 0, "step": 1}), list(t.shape[1:]))
+
+    def cols(t: Node, g: int) -> Node:  # gate g's columns of a [..., gates * hidden] tensor
+        return imp.graph.add("slice", (t, imp.index(g * hidden), imp.index((g + 1) * hidden)), {"axis": t.tensor_type.rank - 1, "step": 1})
+
+    def state(v: Any, d: int) -> Node:
+        if v is None:
+            return broadcast_to(imp, scalar(imp, 0.0, dt), [batch, hidden])
+        return pick(imp.tensor(v), d)
+
+    outs, last_h, last_c = [], [], []
+    for d in range(dirs):
+        act = [_ACTIVATIONS[n] for n in names[d * len(_DEFAULT_ACTIVATIONS[kind]) : (d + 1) * len(_DEFAULT_ACTIVATIONS[kind])]]
+        wt = imp.graph.add("transpose", (pick(w, d),), {"perm": (1, 0)})  # [input, gates * hidden]
+        rt = imp.graph.add("transpose", (pick(r, d),), {"perm": (1, 0)})
+        bias = pick(imp.tensor(b), d) if b is not None else None
+        wb = cols_bias = None  # the input and the recurrent halves of B
+        if bias is not None:
+            wb = imp.graph.add("slice", (bias, imp.index(0), imp.index(gates * hidden)), {"axis": 0, "step": 1})
+            cols_bias = imp.graph.add("slice", (bias, imp.index(gates * hidden), imp.index(2 * gates * hidden)), {"axis": 0, "step": 1})
+        flat = reshape(imp, x, [as_expr(x.shape[0]) * batch, x.shape[2]])
+        projected = _matmul(imp, flat, wt)
+        if wb is not None:  # (the recurrent bias Rb goes with the recurrent GEMM: GRU's reset gate scales it)
+            projected = elementwise(imp, "add", [projected, wb], dt)
+        projected = reshape(imp, projected, [x.shape[0], batch, gates * hidden])
+        peep = pick(imp.tensor(p), d) if p is not None else None
+        h, c = state(initial_h, d), state(initial_c, d)
+        backwards = direction == "reverse" or d == 1
+        order = reversed(range(steps)) if backwards else range(steps)
+        ys: dict[int, Node] = {}
+        for t in order:
+            xt = reshape(imp, imp.graph.add("slice", (projected, imp.index(t), imp.index(t + 1)), {"axis": 0, "step": 1}), [batch, gates * hidden])
+            if kind == "GRU":
+                hr = _matmul(imp, h, rt)
+                if cols_bias is not None:
+                    hr = elementwise(imp, "add", [hr, cols_bias], dt)
+                z = _gate(imp, act[0], elementwise(imp, "add", [cols(xt, 0), cols(hr, 0)], dt), clip)
+                rr = _gate(imp, act[0], elementwise(imp, "add", [cols(xt, 1), cols(hr, 1)], dt), clip)
+                if linear_before_reset:
+                    cand_in = elementwise(imp, "add", [cols(xt, 2), elementwise(imp, "mul", [rr, cols(hr, 2)], dt)], dt)
+                else:
+                    rh = _matmul(imp, elementwise(imp, "mul", [rr, h], dt), cols(rt, 2))
+                    if cols_bias is not None:
+                        rh = elementwise(imp, "add", [rh, cols(cols_bias, 2)], dt)
+                    cand_in = elementwise(imp, "add", [cols(xt, 2), rh], dt)
+                cand = _gate(imp, act[1], cand_in, clip)
+                new_h = elementwise(imp, "add", [elementwise(imp, "mul", [elementwise(imp, "sub", [1.0, z], dt), cand], dt), elementwise(imp, "mul", [z, h], dt)], dt)
+                new_c = c
+            else:
+                pre = elementwise(imp, "add", [xt, _matmul(imp, h, rt)], dt)
+                if cols_bias is not None:
+                    pre = elementwise(imp, "add", [pre, cols_bias], dt)
+                if kind == "RNN":
+                    new_h, new_c = _gate(imp, act[0], pre, clip), c
+                else:  # gates i, o, f, c; peepholes i, o, f
+
+                    def peeped(g: int, k: int, cell: Node) -> Node:
+                        v = cols(pre, g)
+                        return v if peep is None else elementwise(imp, "add", [v, elementwise(imp, "mul", [cols(peep, k), cell], dt)], dt)
+
+                    i = _gate(imp, act[0], peeped(0, 0, c), clip)
+                    f = _gate(imp, act[0], peeped(2, 2, c), clip)
+                    cand = _gate(imp, act[1], cols(pre, 3), clip)
+                    new_c = elementwise(imp, "add", [elementwise(imp, "mul", [f, c], dt), elementwise(imp, "mul", [i, cand], dt)], dt)
+                    o = _gate(imp, act[0], peeped(1, 1, new_c), clip)
+                    new_h = elementwise(imp, "mul", [o, imp.graph.add(act[2], (new_c,))], dt)
+            if lens is not None:  # an entry past its length keeps its state and outputs zeros
+                live = reshape(imp, elementwise(imp, "gt", [lens, t], "i64"), [batch, 1])
+                new_h, new_c = select(imp, live, new_h, h, dt), select(imp, live, new_c, c, dt)
+                ys[t] = select(imp, live, new_h, 0.0, dt)
+            else:
+                ys[t] = new_h
+            h, c = new_h, new_c
+        outs.append(imp.graph.add("concat", [reshape(imp, ys[t], [1, 1, batch, hidden]) for t in range(steps)], {"axis": 0}) if steps > 1 else reshape(imp, ys[0], [1, 1, batch, hidden]))
+        last_h.append(reshape(imp, h, [1, batch, hidden]))
+        last_c.append(reshape(imp, c, [1, batch, hidden]))
+
+    def joined(parts: list[Node], axis: int) -> Node:
+        return parts[0] if len(parts) == 1 else imp.graph.add("concat", parts, {"axis": axis})
+
+    y, yh, yc = joined(outs, 1), joined(last_h, 0), joined(last_c, 0)
+    if layout:
+        y = imp.graph.add("transpose", (y,), {"perm": (2, 0, 1, 3)})
+        yh, yc = (imp.graph.add("transpose", (v,), {"perm": (1, 0, 2)}) for v in (yh, yc))
+    return [y, yh, yc] if kind == "LSTM" else [y, yh]
+
+
+def _gate(imp: OnnxImporter, op: str, x: Node, clip: float | None) -> Node:
+    if clip is not None:
+        x = elementwise(imp, "minimum", [elementwise(imp, "maximum", [x, -clip], x.dtype), clip], x.dtype)
+    return imp.graph.add(op, (x,))
 
 
 # -- normalisation and softmax -------------------------------------------------------------------------
@@ -1460,6 +1633,35 @@ def _cumsum(imp: OnnxImporter, node: Any, x: Any, axis: Any, exclusive: int = 0,
     return cumulative_sum(imp, x, a, bool(exclusive), bool(reverse))
 
 
+@onnx_op("CumProd")
+def _cumprod(imp: OnnxImporter, node: Any, x: Any, axis: Any, exclusive: int = 0, reverse: int = 0) -> Node:
+    """Running products along ``axis`` by doubling: after the round with shift d each element
+    holds the product of the 2d elements ending at it (ones shifted in), so a known length n
+    takes ceil(log2 n) rounds."""
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    a = normalize_axis(_ints(axis, "CumProd's axis")[0], rank, "CumProd")
+    n = _known_dim(x.shape[a])
+    if n is None:
+        raise LoweringError(f"CumProd along axis {a}, whose length ({x.shape[a]}) is not known when the model is compiled")
+    one = 1.0 if x.dtype in FLOAT_DTYPES else 1
+
+    def shifted(t: Node, d: int) -> Node:
+        low, high = [0] * rank, [0] * rank
+        low[a], high[a] = d, -d
+        return imp.graph.add("pad", (t,), {"low": tuple(low), "high": tuple(high), "value": one})
+
+    if reverse:
+        x = flip(imp, x, a)
+    if exclusive and n:
+        x = shifted(x, 1)
+    d = 1
+    while d < n:
+        x = elementwise(imp, "mul", [x, shifted(x, d)], x.dtype)
+        d *= 2
+    return flip(imp, x, a) if reverse else x
+
+
 @onnx_op("Hardmax")
 def _hardmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
     """1 where the first maximum along ``axis`` lies, 0 elsewhere."""
@@ -1539,6 +1741,50 @@ def _pad_from_data(imp: OnnxImporter, x: Node, axis: int, low: int, high: int, m
         before, after = part(end - low, end), part(0, high)
     pieces = ([before] if low else []) + [x] + ([after] if high else [])
     return imp.graph.add("concat", pieces, {"axis": axis})
+
+
+@onnx_op("CenterCropPad")
+def _center_crop_pad(imp: OnnxImporter, node: Any, x: Any, shape: Any, axes: Any = None) -> Node:
+    """Each chosen axis cut or zero-padded to its target length around the centre (the odd
+    element cut from, or padded at, the end)."""
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    targets = _ints(shape, "CenterCropPad's shape")
+    chosen = [normalize_axis(a, rank, "CenterCropPad") for a in axes] if axes is not None else list(range(rank))
+    if len(targets) != len(chosen):
+        raise LoweringError(f"CenterCropPad: {len(targets)} target lengths for {len(chosen)} axes")
+    for a, want in zip(chosen, targets):
+        have = _known_dim(x.shape[a])
+        if have is None:
+            raise LoweringError(f"CenterCropPad on axis {a}, whose length ({x.shape[a]}) is not known when the model is compiled")
+        if want < have:
+            start = (have - want) // 2
+            x = imp.graph.add("slice", (x, imp.index(start), imp.index(start + want)), {"axis": a, "step": 1})
+        elif want > have:
+            low, high = [0] * rank, [0] * rank
+            low[a] = (want - have) // 2
+            high[a] = want - have - low[a]
+            x = imp.graph.add("pad", (x,), {"low": tuple(low), "high": tuple(high), "value": 0.0 if x.dtype in FLOAT_DTYPES else 0})
+    return x
+
+
+@onnx_op("HannWindow", "HammingWindow", "BlackmanWindow")
+def _window(imp: OnnxImporter, node: Any, size: Any, output_datatype: int = 1, periodic: int = 1) -> np.ndarray:
+    """The window for a size known when the model is compiled (a constant or the caller's value),
+    computed as ONNX defines it: n over N (periodic) or N - 1 (symmetric)."""
+    n = _ints(size, f"{node.op_type}'s size")[0]
+    out = ELEM_TYPES.get(output_datatype)
+    if out is None or out == "bf16":
+        raise LoweringError(f"{node.op_type} to element type {output_datatype}")
+    k = np.arange(n, dtype=np.float64)
+    span = n if periodic else n - 1
+    if node.op_type == "HannWindow":
+        w = np.sin(k * np.pi / span) ** 2
+    elif node.op_type == "HammingWindow":
+        w = 25.0 / 46.0 - np.cos(k * np.pi * 2 / span) * (1 - 25.0 / 46.0)
+    else:
+        w = 0.42 - 0.5 * np.cos(k * np.pi * 2 / span) + 0.08 * np.cos(k * np.pi * 4 / span)
+    return w.astype(numpy_dtype(out))
 
 
 @onnx_op("Split")
