@@ -29,20 +29,22 @@ CATEGORIES = {
 }
 
 
-# Cases judged at a looser tolerance, each with the measurement that justifies it: the suite's
-# expected 16-bit output is itself about one unit in the last place off a float64 evaluation, and
-# disc's answer (closer to float64) then misses rtol=1e-3 by that rounding. They must still match
-# within 2e-3 relative (two float16 units in the last place).
+# Cases judged at a looser tolerance (rtol, atol), each with the measurement that justifies it. The
+# suite's expected outputs come from numpy in float64 and are then rounded: a float16 one can be
+# a unit in the last place off the float64 result (disc's answer closer to it then misses rtol
+# 1e-3 by that rounding), and an inverse DFT's exact zeros are float32 rounding noise in any
+# float32 computation (disc's GEMMs with float32 tables).
 LOOSER = {
-    "test_attention_4d_causal_fp16_expanded": "float16: the expected output is 4.9e-4 from a float64 evaluation, disc's 4.0e-4; the two differ by 1.2e-3 relative",
+    "test_attention_4d_causal_fp16_expanded": ("float16: the expected output is 4.9e-4 from a float64 evaluation, disc's 4.0e-4; the two differ by 1.2e-3 relative", 2e-3, 1e-7),
+    "test_dft_inverse": ("float32: 3.8e-6 where numpy's float64 result is exactly 0, among values up to 47 (8e-8 of the largest)", 1e-3, 1e-5),
+    "test_dft_inverse_opset19": ("float32: as dft_inverse", 1e-3, 1e-5),
 }
-LOOSER_RTOL = 2e-3
 
 
 @dataclass
 class Outcome:
     ok: list[str] = field(default_factory=list)
-    looser: list[str] = field(default_factory=list)  # ok at LOOSER_RTOL (among ``ok`` too)
+    looser: list[str] = field(default_factory=list)  # ok at LOOSER's tolerance (among ``ok`` too)
     refused: dict[str, str] = field(default_factory=dict)  # test -> reason
     wrong: dict[str, str] = field(default_factory=dict)
     crash: dict[str, str] = field(default_factory=dict)
@@ -92,15 +94,15 @@ def run(category: str, names: str = ".") -> Outcome:
             tests.addTest(test)
     tests.run(_Collect(outcome))
     for name in [n for n in outcome.wrong if n in LOOSER]:
-        if _matches_at(name, LOOSER_RTOL):
+        if _matches_at(name, *LOOSER[name][1:]):
             del outcome.wrong[name]
             outcome.ok.append(name)
             outcome.looser.append(name)
     return outcome
 
 
-def _matches_at(name: str, rtol: float) -> bool:
-    """Whether every data set of node case ``name`` matches its expected outputs within ``rtol``."""
+def _matches_at(name: str, rtol: float, atol: float) -> bool:
+    """Whether every data set of node case ``name`` matches its expected outputs within ``rtol`` and ``atol``."""
     import glob
     import os
 
@@ -116,7 +118,7 @@ def _matches_at(name: str, rtol: float) -> bool:
     for data in sorted(glob.glob(os.path.join(folder, "test_data_set_*"))):
         read = lambda kind: [numpy_helper.to_array(onnx.load_tensor(f)) for f in sorted(glob.glob(os.path.join(data, f"{kind}_*.pb")))]  # noqa: E731
         for got, want in zip(program.run(read("input")), read("output"), strict=True):
-            if not np.allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=1e-7):
+            if not np.allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol):
                 return False
     return True
 
@@ -136,8 +138,8 @@ def report(outcomes: dict[str, Outcome], seconds: float) -> str:
     lines += ["", f"({seconds:.0f} s on this machine.)", ""]
     looser = sorted(t for o in outcomes.values() for t in o.looser)
     if looser:
-        lines += [f"Judged at rtol {LOOSER_RTOL} instead of the suite's (counted ok):", ""]
-        lines += [f"- {t.removeprefix('test_')}: {LOOSER[t]}" for t in looser] + [""]
+        lines += ["Judged at a looser tolerance than the suite's rtol 1e-3, atol 1e-7 (counted ok):", ""]
+        lines += [f"- {t.removeprefix('test_')} (rtol {LOOSER[t][1]}, atol {LOOSER[t][2]}): {LOOSER[t][0]}" for t in looser] + [""]
     lines += ["Refused, by reason (cases):", ""]
     reasons: dict[str, list[str]] = collections.defaultdict(list)
     for o in outcomes.values():

@@ -528,6 +528,46 @@ DYNAMIC_CASES = [
         [(1,), (3,), (2,)],
     ),
     (
+        "quantize_dequantize_and_integer_matmuls",
+        lambda: _model(
+            [
+                helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], axis=1),
+                helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["dq"], axis=1),
+                helper.make_node("DynamicQuantizeLinear", ["x"], ["dy", "dy_scale", "dy_zero"]),
+                helper.make_node("MatMulInteger", ["q", "wq", "zero0", "wzero"], ["mi"]),
+                helper.make_node("QLinearMatMul", ["q", "s0", "zero0", "wq", "ws", "wzero", "ys", "yzero"], ["qm"]),
+            ],
+            [helper.make_tensor_value_info("x", F, ["n", 3])],
+            [helper.make_tensor_value_info(o, t, [None] * k) for o, t, k in (("q", TensorProto.UINT8, 2), ("dq", F, 2), ("dy", TensorProto.UINT8, 2), ("dy_scale", F, 0), ("dy_zero", TensorProto.UINT8, 0), ("mi", TensorProto.INT32, 2), ("qm", TensorProto.UINT8, 2))],
+            [
+                numpy_helper.from_array(np.array([0.02, 0.05, 0.1], np.float32), "scale"), numpy_helper.from_array(np.array([128, 100, 3], np.uint8), "zero"),
+                numpy_helper.from_array(np.array(120, np.uint8), "zero0"), numpy_helper.from_array(np.array(0.03, np.float32), "s0"),
+                numpy_helper.from_array(np.random.default_rng(16).integers(0, 256, (3, 4)).astype(np.uint8), "wq"), numpy_helper.from_array(np.array(131, np.uint8), "wzero"),
+                numpy_helper.from_array(np.array(0.01, np.float32), "ws"), numpy_helper.from_array(np.array(0.5, np.float32), "ys"), numpy_helper.from_array(np.array(7, np.uint8), "yzero"),
+            ],
+            opset=13,
+        ),
+        lambda rng, n: {"x": (rng.standard_normal((n, 3)) * 3).astype(np.float32)},
+        [(1,), (4,), (7,)],
+    ),
+    (
+        "dft_forward_inverse_onesided_and_stft",
+        lambda: _model(
+            [
+                helper.make_node("DFT", ["x"], ["f"], axis=1),
+                helper.make_node("DFT", ["f"], ["back"], axis=1, inverse=1),
+                helper.make_node("DFT", ["x"], ["half"], axis=1, onesided=1),
+                helper.make_node("STFT", ["sig", "step", "win"], ["spec"]),
+            ],
+            [helper.make_tensor_value_info("x", F, ["b", 8, 1]), helper.make_tensor_value_info("sig", F, ["b", 40, 1])],
+            [helper.make_tensor_value_info(o, F, [None] * k) for o, k in (("f", 3), ("back", 3), ("half", 3), ("spec", 4))],
+            [_i64("step", 6), numpy_helper.from_array(np.hanning(10).astype(np.float32), "win")],
+            opset=17,
+        ),
+        lambda rng, b: {"x": rng.standard_normal((b, 8, 1)).astype(np.float32), "sig": rng.standard_normal((b, 40, 1)).astype(np.float32)},
+        [(1,), (3,)],
+    ),
+    (
         "elementwise_newcomers",
         lambda: _model(
             [
@@ -550,7 +590,7 @@ DYNAMIC_CASES = [
 
 # Cases whose ops the native CPU program has no kernel for yet: without PyTorch they are refused
 # with an error naming the limit (with PyTorch the op runs there between compiled segments).
-NATIVE_LIMITS = {"conv_transpose_strided_padded": "non-transposed convolutions"}
+NATIVE_LIMITS = {"conv_transpose_strided_padded": "non-transposed convolutions", "quantize_dequantize_and_integer_matmuls": "dot_general in f64"}
 
 
 def _torch_present() -> bool:

@@ -26,10 +26,10 @@ from onnx_conformance import run  # noqa: E402
 
 # (category, case names (regex), least ok): the node cases in four slices for the test workers.
 SLICES = [
-    ("node", r"^test_[a-c]", 418),
-    ("node", r"^test_[d-k]", 157),
-    ("node", r"^test_[l-r]", 513),
-    ("node", r"^test_[s-z]", 255),
+    ("node", r"^test_[a-c]", 420),
+    ("node", r"^test_[d-k]", 177),
+    ("node", r"^test_[l-r]", 528),
+    ("node", r"^test_[s-z]", 257),
     ("simple", ".", 7),
     ("pytorch-converted", ".", 79),
     ("pytorch-operator", ".", 35),
