@@ -1,0 +1,225 @@
+"""Convolution, transposed convolution and pooling (explicit and SAME padding)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from disc.frontends.onnx.importer import OnnxImporter
+from disc.frontends.onnx.ops import onnx_op
+from disc.frontends.onnx.ops.common import known_dim
+from disc.ir.builder import (
+    LoweringError,
+    elementwise,
+    mean,
+    reduce,
+)
+from disc.ir.graph import Node
+from disc.ir.types import numpy_dtype
+from disc.shape.expr import DimLike, as_expr
+
+
+# -- convolution and pooling -----------------------------------------------------------------------------
+def _explicit_pads(imp: OnnxImporter, node: Any, spatial: Sequence[DimLike], kernel: Sequence[int], strides: Any, dilations: Any, pads: Any, auto_pad: str) -> list[int]:
+    """The begin and end pads (ONNX's ``pads`` layout) that ``auto_pad`` asks for. SAME pads so
+    that out = ceil(in / stride): a total of (out - 1) * stride + extent - in, the odd one at the
+    end (SAME_UPPER) or the beginning (SAME_LOWER). With stride 1 that is extent - 1 for any in;
+    with a larger stride it depends on the dim, which must then be known."""
+    n = len(kernel)
+    if auto_pad in ("NOTSET", "VALID"):
+        return list(pads) if pads is not None and auto_pad == "NOTSET" else [0] * (2 * n)
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise LoweringError(f"{node.op_type} with auto_pad={auto_pad!r} (ONNX allows NOTSET, VALID, SAME_UPPER, SAME_LOWER)")
+    strides, dilations = list(strides or [1] * n), list(dilations or [1] * n)
+    low, high = [], []
+    for i in range(n):
+        extent = (kernel[i] - 1) * dilations[i] + 1
+        if strides[i] == 1:
+            total = extent - 1
+        else:
+            size = known_dim(spatial[i])
+            if size is None:
+                raise LoweringError(f"{node.op_type} with auto_pad={auto_pad} and stride {strides[i]} on spatial dim {i} ({spatial[i]}), which is not known when the model is compiled")
+            total = max((-(-size // strides[i]) - 1) * strides[i] + extent - size, 0)
+        small = total // 2
+        low.append(small if auto_pad == "SAME_UPPER" else total - small)
+        high.append(total - low[-1])
+    return low + high
+
+
+@onnx_op("Conv")
+def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations: Any = None, group: int = 1, kernel_shape: Any = None, pads: Any = None, strides: Any = None, auto_pad: str = "NOTSET") -> Node:
+    x, w = imp.tensor(x), imp.tensor(w)
+    n = w.tensor_type.rank - 2
+    kernel = [known_dim(d) for d in w.shape[2:]]
+    if None in kernel:
+        raise LoweringError(f"Conv with a kernel of run-time size {w.shape[2:]}")
+    pads = _explicit_pads(imp, node, x.shape[2:], kernel, strides, dilations, pads, auto_pad)
+    if pads[:n] != pads[n:]:  # the convolution pads symmetrically: the uneven part goes in a pad first
+        extra_low = [max(lo - hi, 0) for lo, hi in zip(pads[:n], pads[n:])]
+        extra_high = [max(hi - lo, 0) for lo, hi in zip(pads[:n], pads[n:])]
+        x = imp.graph.add("pad", (x,), {"low": (0, 0, *extra_low), "high": (0, 0, *extra_high), "value": 0.0})
+        pads = [min(lo, hi) for lo, hi in zip(pads[:n], pads[n:])] * 2
+    out = imp.graph.add(
+        "convolution",
+        (x, w),
+        {
+            "stride": tuple(strides or [1] * n),
+            "padding": tuple(pads[:n]),
+            "dilation": tuple(dilations or [1] * n),
+            "groups": int(group),
+            "transposed": False,
+            "output_padding": tuple([0] * n),
+        },
+    )
+    if b is None:
+        return out
+    bias = imp.tensor(b)
+    return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (bias, *imp.sizes(out.shape)), {"dims": (1,)})))
+
+
+@onnx_op("ConvTranspose")
+def _conv_transpose(
+    imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, auto_pad: str = "NOTSET", dilations: Any = None, group: int = 1, kernel_shape: Any = None,
+    output_padding: Any = None, output_shape: Any = None, pads: Any = None, strides: Any = None,
+) -> Node:
+    """The transposed convolution at its full size, (in - 1) * stride + extent, then cut to ONNX's
+    output: ``pads`` removed from each end, the end extended by ``output_padding``. SAME pads
+    make out = in * stride (the odd one at the end for SAME_UPPER). An ``output_shape`` given with
+    explicit pads keeps the full result's start and cuts or extends its end, as ONNX's reference."""
+    x, w = imp.tensor(x), imp.tensor(w)
+    n = w.tensor_type.rank - 2
+    kernel = [known_dim(d) for d in w.shape[2:]]
+    if None in kernel:
+        raise LoweringError(f"ConvTranspose with a kernel of run-time size {w.shape[2:]}")
+    strides, dilations = list(strides or [1] * n), list(dilations or [1] * n)
+    extra = list(output_padding or [0] * n)[:n]
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    fit = None
+    if pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        low, high = [], []
+        for i in range(n):
+            if output_shape is not None:
+                size = known_dim(x.shape[2 + i])
+                if size is None:
+                    raise LoweringError(f"ConvTranspose with output_shape and auto_pad={auto_pad} on spatial dim {i} ({x.shape[2 + i]}), which is not known when the model is compiled")
+                total = strides[i] * (size - 1) + extra[i] + extents[i] - int(output_shape[i])
+            else:  # out = in * stride: the total does not depend on in
+                total = extra[i] + extents[i] - strides[i]
+            small = total // 2
+            low.append(small if auto_pad == "SAME_UPPER" else total - small)
+            high.append(total - low[-1])
+    elif auto_pad in ("NOTSET", "VALID"):
+        pads = list(pads) if pads is not None and auto_pad == "NOTSET" else [0] * (2 * n)
+        low, high = pads[:n], pads[n:]
+        fit = [int(v) for v in output_shape] if output_shape is not None else None
+    else:
+        raise LoweringError(f"ConvTranspose with auto_pad={auto_pad!r} (ONNX allows NOTSET, VALID, SAME_UPPER, SAME_LOWER)")
+    # The op itself trims ``both`` from each end; output_padding re-extends the end into the full
+    # result (zeros only past its end), so the end's trim is the pad less output_padding.
+    both = [max(min(lo, hi - e), 0) for lo, hi, e in zip(low, high, extra)]
+    attrs = {"stride": tuple(strides), "padding": tuple(both), "dilation": tuple(dilations), "groups": int(group), "transposed": True, "output_padding": (0,) * n}
+    out = imp.graph.add("convolution", (x, w), attrs)
+    for i in range(n):
+        axis = 2 + i
+        size = as_expr(out.shape[axis])
+        lo = low[i] - both[i]  # > 0: cut from the start; < 0: zeros added there
+        if fit is None:
+            hi = high[i] - both[i] - extra[i]  # the same at the end
+        else:
+            cut = known_dim(size - lo - fit[i])
+            if cut is None:
+                raise LoweringError(f"ConvTranspose with output_shape on spatial dim {i}, whose input size ({x.shape[axis]}) is not known when the model is compiled")
+            hi = cut
+        if lo > 0 or hi > 0:
+            start, stop = max(lo, 0), size - max(hi, 0)
+            out = imp.graph.add("slice", (out, imp.index(start), imp.index(stop)), {"axis": axis, "step": 1})
+        if lo < 0 or hi < 0:
+            low_pad, high_pad = [0] * (n + 2), [0] * (n + 2)
+            low_pad[axis], high_pad[axis] = max(-lo, 0), max(-hi, 0)
+            out = imp.graph.add("pad", (out,), {"low": tuple(low_pad), "high": tuple(high_pad), "value": 0.0})
+    if b is None:
+        return out
+    return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes(out.shape)), {"dims": (1,)})))
+
+
+# -- pooling ---------------------------------------------------------------------------------------------
+def _pool_attrs(imp: OnnxImporter, node: Any, x: Node, kernel_shape: Sequence[int], strides: Any, pads: Any, dilations: Any, auto_pad: str) -> dict:
+    n = len(kernel_shape)
+    rank = x.tensor_type.rank
+    lead = rank - n
+    pads = _explicit_pads(imp, node, x.shape[lead:], kernel_shape, strides, dilations, pads, auto_pad)
+    return {
+        "window": (1,) * lead + tuple(kernel_shape),
+        "strides": (1,) * lead + tuple(strides or [1] * n),
+        "padding": ((0, 0),) * lead + tuple((pads[i], pads[i + n]) for i in range(n)),
+        "dilation": (1,) * lead + tuple(dilations or [1] * n),
+    }
+
+
+@onnx_op("MaxPool")
+def _max_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] = (), strides: Any = None, pads: Any = None, dilations: Any = None, ceil_mode: int = 0, auto_pad: str = "NOTSET", storage_order: int = 0) -> Node:
+    if len(node.output) > 1 and node.output[1]:
+        raise LoweringError("MaxPool's Indices output")
+    x = imp.tensor(x)
+    attrs = _pool_attrs(imp, node, x, kernel_shape, strides, pads, dilations, auto_pad)
+    return imp.graph.add("reduce_window", (x,), {"kind": "max", "ceil_mode": bool(ceil_mode), **attrs})
+
+
+@onnx_op("AveragePool")
+def _avg_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] = (), strides: Any = None, pads: Any = None, dilations: Any = None, ceil_mode: int = 0, auto_pad: str = "NOTSET", count_include_pad: int = 0) -> Node:
+    x = imp.tensor(x)
+    attrs = _pool_attrs(imp, node, x, kernel_shape, strides, pads, dilations, auto_pad)
+    total = imp.graph.add("reduce_window", (x,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
+    padded = any(p != (0, 0) for p in attrs["padding"])
+    if (count_include_pad or not padded) and not ceil_mode:
+        return elementwise(imp, "div", [total, float(np.prod(kernel_shape))], x.dtype)
+    # The window's count of real elements (or of real and padding ones, not of those past the
+    # end that ceil_mode adds): the same window sum over ones.
+    ones = imp.graph.add("broadcast_in_dim", (imp.graph.add_constant(np.array(1.0, numpy_dtype(x.dtype))), *imp.sizes(x.shape)), {"dims": ()})
+    if count_include_pad:
+        if ceil_mode:  # the padding counts, the windows' overhang past it does not: not expressible here yet
+            raise LoweringError("AveragePool with count_include_pad and ceil_mode together")
+        ones = imp.graph.add("pad", (ones,), {"low": tuple(p[0] for p in attrs["padding"]), "high": tuple(p[1] for p in attrs["padding"]), "value": 1.0})
+        counted = {**attrs, "padding": ((0, 0),) * len(attrs["padding"])}
+        count = imp.graph.add("reduce_window", (ones,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **counted})
+    else:
+        count = imp.graph.add("reduce_window", (ones,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
+    if not imp.graph.constraints.prove_same_shape(total.shape, count.shape):
+        raise LoweringError(f"AveragePool: window counts of shape {count.shape} for sums of shape {total.shape}")
+    return elementwise(imp, "div", [total, count], x.dtype)
+
+
+@onnx_op("LpPool")
+def _lp_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] = (), p: int = 2, strides: Any = None, pads: Any = None, dilations: Any = None, ceil_mode: int = 0, auto_pad: str = "NOTSET") -> Node:
+    """(sum of |x|^p over the window)^(1/p); padding adds zeros, which add nothing."""
+    x = imp.tensor(x)
+    attrs = _pool_attrs(imp, node, x, kernel_shape, strides, pads, dilations, auto_pad)
+    powered = elementwise(imp, "mul", [x, x], x.dtype) if p == 2 else elementwise(imp, "pow", [imp.graph.add("abs", (x,)), float(p)], x.dtype)
+    total = imp.graph.add("reduce_window", (powered,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
+    return imp.graph.add("sqrt", (total,)) if p == 2 else elementwise(imp, "pow", [total, 1.0 / p], x.dtype)
+
+
+@onnx_op("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(imp: OnnxImporter, node: Any, x: Any) -> Node:
+    x = imp.tensor(x)
+    axes = list(range(2, x.tensor_type.rank))
+    return mean(imp, x, axes, True) if node.op_type == "GlobalAveragePool" else reduce(imp, x, axes, "max", True)
+
+
+@onnx_op("LRN")
+def _lrn(imp: OnnxImporter, node: Any, x: Any, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    lo = (size - 1) // 2
+    window = {
+        "window": (1, size) + (1,) * (rank - 2),
+        "strides": (1,) * rank,
+        "padding": ((0, 0), (lo, size - 1 - lo)) + ((0, 0),) * (rank - 2),
+        "dilation": (1,) * rank,
+    }
+    squares = imp.graph.add("reduce_window", (elementwise(imp, "mul", [x, x], x.dtype),), {"kind": "sum", "ceil_mode": False, **window})
+    base = elementwise(imp, "add", [elementwise(imp, "mul", [squares, alpha / size], x.dtype), bias], x.dtype)
+    return elementwise(imp, "div", [x, elementwise(imp, "pow", [base, beta], x.dtype)], x.dtype)

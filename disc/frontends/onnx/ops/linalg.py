@@ -1,0 +1,237 @@
+"""MatMul, Gemm, Einsum and Attention (opsets 23-25)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from disc.frontends.onnx.importer import ELEM_TYPES, OnnxImporter
+from disc.frontends.onnx.ops import onnx_op
+from disc.frontends.onnx.ops.common import known_dim, matmul, require_divisible
+from disc.ir.builder import (
+    LoweringError,
+    batched_matmul,
+    broadcast_to,
+    convert,
+    einsum,
+    elementwise,
+    reduce,
+    reshape,
+    scalar,
+    select,
+)
+from disc.ir.graph import Node
+from disc.shape.expr import DimLike, as_expr
+
+
+# -- linear algebra ----------------------------------------------------------------------------------
+@onnx_op("MatMul")
+def _matmul_op(imp: OnnxImporter, node: Any, a: Any, b: Any) -> Node:
+    return matmul(imp, imp.tensor(a), imp.tensor(b))
+
+
+@onnx_op("Einsum")
+def _einsum(imp: OnnxImporter, node: Any, *xs: Any, equation: str = "") -> Node:
+    return einsum(imp, equation, [imp.tensor(x) for x in xs])
+
+
+@onnx_op("Gemm")
+def _gemm(imp: OnnxImporter, node: Any, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 1.0, transA: int = 0, transB: int = 0) -> Node:
+    x, y = imp.tensor(a), imp.tensor(b)
+    if transA:
+        x = imp.graph.add("transpose", (x,), {"perm": (1, 0)})
+    if transB:
+        y = imp.graph.add("transpose", (y,), {"perm": (1, 0)})
+    out = matmul(imp, x, y)
+    if alpha != 1.0:
+        out = elementwise(imp, "mul", [out, alpha], out.dtype)
+    if c is not None:
+        bias = imp.tensor(c)
+        if beta != 1.0:
+            bias = elementwise(imp, "mul", [bias, beta], out.dtype)
+        out = elementwise(imp, "add", [out, bias], out.dtype)
+    return out
+
+
+# -- attention ------------------------------------------------------------------------------------------
+def _split_heads(imp: OnnxImporter, x: Node, heads: int) -> Node:
+    """[batch, seq, heads * size] -> [batch, heads, seq, size]."""
+    b, s, hidden = x.shape
+    require_divisible(imp, hidden, heads, f"Attention: the hidden dim must be divisible by the {heads} heads")
+    return imp.graph.add("transpose", (reshape(imp, x, [b, s, heads, as_expr(hidden) // heads]),), {"perm": (0, 2, 1, 3)})
+
+
+def _repeat_heads(imp: OnnxImporter, x: Node, reps: int) -> Node:
+    """Each of K's or V's heads used by ``reps`` consecutive query heads (grouped-query attention)."""
+    b, h, s, d = x.shape
+    wide = imp.graph.add("broadcast_in_dim", (x, *imp.sizes([b, h, reps, s, d])), {"dims": (0, 1, 3, 4)})
+    return reshape(imp, wide, [b, as_expr(h) * reps, s, d])
+
+
+def _attention_allowed(imp: OnnxImporter, sq: DimLike, skv: DimLike, offset: Any, causal: bool, left: int, right: int, nonpad: Node | None) -> Node | None:
+    """Which (query, key) pairs may attend, or None for all: the causal frontier key <= query +
+    offset, a sliding window around query + offset, and keys before each batch entry's
+    ``nonpad`` length. ``offset`` is the cache length (a dim) or, with ``nonpad``, each entry's
+    ``nonpad - sq`` (bottom-right alignment)."""
+    if not causal and left < 0 and right < 0 and nonpad is None:
+        return None
+    rows = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(sq),), {"dtype": "i64"}), imp.index(sq), imp.index(skv)), {"dims": (0,)})
+    cols = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(skv),), {"dtype": "i64"}), imp.index(sq), imp.index(skv)), {"dims": (1,)})
+    if nonpad is not None:  # per batch entry: [batch, 1, sq, skv]
+        batch = nonpad.shape[0]
+        lengths = imp.graph.add("broadcast_in_dim", (nonpad, *imp.sizes([batch, 1, sq, skv])), {"dims": (0,)})
+        start = elementwise(imp, "sub", [lengths, imp.graph.add("index_to_tensor", (imp.index(sq),), {"dtype": "i64"})], "i64")
+    else:
+        start = imp.graph.add("index_to_tensor", (imp.index(offset),), {"dtype": "i64"})
+    ahead = elementwise(imp, "sub", [elementwise(imp, "add", [rows, start], "i64"), cols], "i64")  # query position - key
+    allowed = []
+    if causal:
+        allowed.append(elementwise(imp, "ge", [ahead, 0], "i64"))
+    if left >= 0:
+        allowed.append(elementwise(imp, "le", [ahead, left], "i64"))
+    if right >= 0:
+        allowed.append(elementwise(imp, "ge", [ahead, -right], "i64"))
+    if nonpad is not None:
+        allowed.append(elementwise(imp, "lt", [broadcast_to(imp, cols, ahead.shape), imp.graph.add("broadcast_in_dim", (nonpad, *imp.sizes(ahead.shape)), {"dims": (0,)})], "i64"))
+    out = allowed[0]
+    for a in allowed[1:]:
+        out = elementwise(imp, "logical_and", [out, a], "i1")
+    return out
+
+
+@onnx_op("Attention")
+def _attention(
+    imp: OnnxImporter, node: Any, q: Any, k: Any, v: Any, attn_mask: Any = None, past_key: Any = None, past_value: Any = None, nonpad_kv_seqlen: Any = None,
+    is_causal: int = 0, kv_num_heads: int | None = None, q_num_heads: int | None = None, qk_matmul_output_mode: int = 0, scale: float | None = None,
+    softcap: float = 0.0, softmax_precision: int | None = None, left_window_size: int = -1, right_window_size: int = -1,
+) -> list[Node]:
+    """ONNX Attention (opsets 23-25) as GEMMs, a bias and a softmax that disc fuses. The bias adds
+    the mask (a bool mask as 0 / -inf; one shorter than the keys is padded with -inf) and -inf
+    where the causal frontier, the window or the keys' padding forbid; a row with every key
+    forbidden gives zeros. Outputs: the result, the keys and values with the cache prepended,
+    and the scores as ``qk_matmul_output_mode`` picks (0 and 1: scaled and soft-capped, as
+    ONNX's reference computes both; 2: with the bias; 3: after the softmax)."""
+    q, k, v = imp.tensor(q), imp.tensor(k), imp.tensor(v)
+    three_d = q.tensor_type.rank == 3
+    if three_d:
+        if q_num_heads is None or kv_num_heads is None:
+            raise LoweringError("Attention on 3-d inputs needs q_num_heads and kv_num_heads")
+        q, k, v = _split_heads(imp, q, q_num_heads), _split_heads(imp, k, kv_num_heads), _split_heads(imp, v, kv_num_heads)
+    if q.tensor_type.rank != 4 or k.tensor_type.rank != 4 or v.tensor_type.rank != 4:
+        raise LoweringError(f"Attention takes 3-d or 4-d Q, K, V (ranks {q.tensor_type.rank}, {k.tensor_type.rank}, {v.tensor_type.rank})")
+    if (past_key is None) != (past_value is None):
+        raise LoweringError("Attention: past_key and past_value come together")
+    past = 0
+    if past_key is not None:
+        pk, pv = imp.tensor(past_key), imp.tensor(past_value)
+        past = pk.shape[2]
+        k, v = imp.graph.add("concat", (pk, k), {"axis": 2}), imp.graph.add("concat", (pv, v), {"axis": 2})
+    present_k, present_v = k, v
+    dtype = q.dtype
+    sq, skv = q.shape[2], k.shape[2]
+    hq, hk = known_dim(q.shape[1]), known_dim(k.shape[1])
+    if hq is None or hk is None or hq % hk:
+        raise LoweringError(f"Attention: query heads ({q.shape[1]}) must be a known multiple of key/value heads ({k.shape[1]})")
+    if hq != hk:
+        k, v = _repeat_heads(imp, k, hq // hk), _repeat_heads(imp, v, hq // hk)
+    if scale is None:
+        size = known_dim(q.shape[3])
+        if size is None:
+            raise LoweringError(f"Attention without a scale needs a known head size (dim 3 of Q: {q.shape[3]})")
+        scale = 1.0 / float(np.sqrt(size))
+    root = float(np.sqrt(scale))  # Q and K each scaled by the root before the GEMM, as ONNX's reference (16-bit results follow it)
+    qs, ks = elementwise(imp, "mul", [q, root], dtype), elementwise(imp, "mul", [k, root], dtype)
+    scores = batched_matmul(imp, qs, imp.graph.add("transpose", (ks,), {"perm": (0, 1, 3, 2)}))
+    if softcap > 0:
+        scores = elementwise(imp, "mul", [imp.graph.add("tanh", (elementwise(imp, "div", [scores, softcap], dtype),)), softcap], dtype)
+    raw_scores = scores
+
+    bias = None
+    if attn_mask is not None:
+        mask = imp.tensor(attn_mask)
+        missing = as_expr(skv) - mask.shape[-1]
+        if not imp.graph.constraints.prove_equal(missing, 0):  # keys past the mask's end: forbidden
+            fill = imp.graph.add("broadcast_in_dim", (scalar(imp, False if mask.dtype == "i1" else -np.inf, mask.dtype), *imp.sizes([*mask.shape[:-1], missing])), {"dims": ()})
+            imp.graph.constraints.assume(missing, ">=", 0, "Attention: the mask may not be longer than the keys")
+            mask = imp.graph.add("concat", (mask, fill), {"axis": mask.tensor_type.rank - 1})
+        bias = select(imp, mask, 0.0, -np.inf, dtype) if mask.dtype == "i1" else convert(imp, mask, dtype)
+    nonpad = convert(imp, imp.tensor(nonpad_kv_seqlen), "i64") if nonpad_kv_seqlen is not None else None
+    allowed = _attention_allowed(imp, sq, skv, past, bool(is_causal), left_window_size, right_window_size, nonpad)
+    if allowed is not None:
+        forbid = select(imp, allowed, 0.0, -np.inf, dtype)
+        bias = forbid if bias is None else elementwise(imp, "add", [bias, forbid], dtype)
+    if bias is not None:
+        scores = elementwise(imp, "add", [scores, bias], dtype)
+
+    work = ELEM_TYPES.get(softmax_precision, dtype) if softmax_precision is not None else dtype
+    x = convert(imp, scores, work)
+    last = x.tensor_type.rank - 1
+    peak = reduce(imp, x, [last], "max", True)
+    peak = select(imp, imp.graph.add("isinf", (peak,)), 0.0, peak, work)  # an all -inf row: no inf - inf
+    e = imp.graph.add("exp", (elementwise(imp, "sub", [x, peak], work),))
+    total = reduce(imp, e, [last], "sum", True)
+    probs = elementwise(imp, "div", [e, select(imp, elementwise(imp, "eq", [total, 0.0], work), 1.0, total, work)], work)
+    if bias is not None:  # a row whose every key the bias forbids attends to nothing
+        bias_peak = reduce(imp, bias, [bias.tensor_type.rank - 1], "max", True)
+        none_left = elementwise(imp, "logical_and", [imp.graph.add("isinf", (bias_peak,)), elementwise(imp, "lt", [bias_peak, 0.0], dtype)], "i1")
+        probs = select(imp, none_left, 0.0, probs, work)
+    probs = convert(imp, probs, dtype)
+    out = batched_matmul(imp, probs, v)
+    if three_d:
+        b, h, s, d = out.shape
+        out = reshape(imp, imp.graph.add("transpose", (out,), {"perm": (0, 2, 1, 3)}), [b, s, as_expr(h) * d])
+    qk = {0: raw_scores, 1: raw_scores, 2: scores, 3: probs}.get(qk_matmul_output_mode)
+    if qk is None:
+        raise LoweringError(f"Attention qk_matmul_output_mode={qk_matmul_output_mode} (ONNX allows 0 to 3)")
+    return [out, present_k, present_v, qk]
+
+
+@onnx_op("RotaryEmbedding")
+def _rotary_embedding(imp: OnnxImporter, node: Any, x: Any, cos_cache: Any, sin_cache: Any, position_ids: Any = None, interleaved: int = 0, rotary_embedding_dim: int = 0, num_heads: int = 0) -> Node:
+    """Rotary position embedding: the first ``rotary_embedding_dim`` features of each head turned
+    as (x1, x2) pairs, halves or (``interleaved``) neighbours, by the cached cos/sin at each
+    position (rows of the caches picked by ``position_ids`` when given); the rest pass."""
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    if rank == 4:  # [batch, heads, seq, size] -> [batch, seq, heads, size]
+        work = imp.graph.add("transpose", (x,), {"perm": (0, 2, 1, 3)})
+    elif rank == 3:
+        if not num_heads:
+            raise LoweringError("RotaryEmbedding on a 3-d input needs num_heads")
+        b, s_, hidden = x.shape
+        require_divisible(imp, hidden, num_heads, f"RotaryEmbedding: the hidden dim must be divisible by num_heads={num_heads}")
+        work = reshape(imp, x, [b, s_, num_heads, as_expr(hidden) // num_heads])
+    else:
+        raise LoweringError(f"RotaryEmbedding takes a 3-d or 4-d input, not rank {rank}")
+    b, seq, heads, size = work.shape
+    rd = rotary_embedding_dim or known_dim(size)
+    if rd is None or rd % 2:
+        raise LoweringError(f"RotaryEmbedding needs an even, known rotated size (rotary_embedding_dim {rotary_embedding_dim}, head size {size})")
+    cos, sin = imp.tensor(cos_cache), imp.tensor(sin_cache)
+    if position_ids is not None:
+        pos = reshape(imp, convert(imp, imp.tensor(position_ids), "i64"), [as_expr(b) * seq])
+        cos, sin = (reshape(imp, imp.graph.add("index_select", (c, pos), {"axis": 0}), [b, seq, rd // 2]) for c in (cos, sin))
+    cos, sin = (imp.graph.add("broadcast_in_dim", (c, *imp.sizes([b, seq, heads, rd // 2])), {"dims": (0, 1, 3)}) for c in (cos, sin))
+    last = 3
+
+    def part(t: Node, start: DimLike, stop: DimLike, step: int = 1) -> Node:
+        return imp.graph.add("slice", (t, imp.index(start), imp.index(stop)), {"axis": last, "step": step})
+
+    if interleaved:
+        x1, x2 = part(work, 0, rd, 2), part(work, 1, rd, 2)
+    else:
+        x1, x2 = part(work, 0, rd // 2), part(work, rd // 2, rd)
+    dt = x.dtype
+    real = elementwise(imp, "sub", [elementwise(imp, "mul", [cos, x1], dt), elementwise(imp, "mul", [sin, x2], dt)], dt)
+    imag = elementwise(imp, "add", [elementwise(imp, "mul", [sin, x1], dt), elementwise(imp, "mul", [cos, x2], dt)], dt)
+    if interleaved:
+        pairs = [reshape(imp, v, [b, seq, heads, rd // 2, 1]) for v in (real, imag)]
+        turned = reshape(imp, imp.graph.add("concat", pairs, {"axis": 4}), [b, seq, heads, rd])
+    else:
+        turned = imp.graph.add("concat", (real, imag), {"axis": last})
+    if not imp.graph.constraints.prove_equal(size, rd):
+        turned = imp.graph.add("concat", (turned, part(work, rd, size)), {"axis": last})
+    if rank == 3:
+        return reshape(imp, turned, x.shape)
+    return imp.graph.add("transpose", (turned,), {"perm": (0, 2, 1, 3)})

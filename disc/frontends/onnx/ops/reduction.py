@@ -1,0 +1,175 @@
+"""Reductions, arg-reductions, TopK and running sums/products."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from disc.frontends.arrays import known_ints as _ints
+from disc.frontends.onnx.importer import OnnxImporter
+from disc.frontends.onnx.ops import onnx_op
+from disc.frontends.onnx.ops.common import known_dim
+from disc.ir.builder import (
+    LoweringError,
+    broadcast_to,
+    convert,
+    cumulative_sum,
+    elementwise,
+    flip,
+    mean,
+    reduce,
+    reshape,
+    scalar,
+    select,
+)
+from disc.ir.graph import Node
+from disc.ir.registry import normalize_axis
+from disc.ir.types import FLOAT_DTYPES, numpy_dtype
+
+_REDUCE = {"ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceMean": "mean"}
+
+
+@onnx_op(*_REDUCE)
+def _reduce(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, keepdims: int = 1, noop_with_empty_axes: int = 0, axes: Sequence[int] | None = None) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    chosen = axes if axes is not None else (_ints(axes_in, f"{node.op_type} axes") if axes_in is not None else None)
+    if not chosen:
+        if noop_with_empty_axes:
+            return x
+        chosen = list(range(rank))
+    dims = sorted({normalize_axis(a, rank, node.op_type) for a in chosen})
+    kind = _REDUCE[node.op_type]
+    out = mean(imp, x, dims, True) if kind == "mean" else reduce(imp, x, dims, kind, True)
+    if keepdims:
+        return out
+    return reshape(imp, out, [d for i, d in enumerate(x.shape) if i not in dims])
+
+
+@onnx_op("CumSum")
+def _cumsum(imp: OnnxImporter, node: Any, x: Any, axis: Any, exclusive: int = 0, reverse: int = 0) -> Node:
+    x = imp.tensor(x)
+    a = normalize_axis(_ints(axis, "CumSum's axis")[0], x.tensor_type.rank, "CumSum")
+    return cumulative_sum(imp, x, a, bool(exclusive), bool(reverse))
+
+
+@onnx_op("CumProd")
+def _cumprod(imp: OnnxImporter, node: Any, x: Any, axis: Any, exclusive: int = 0, reverse: int = 0) -> Node:
+    """Running products along ``axis`` by doubling: after the round with shift d each element
+    holds the product of the 2d elements ending at it (ones shifted in), so a known length n
+    takes ceil(log2 n) rounds."""
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    a = normalize_axis(_ints(axis, "CumProd's axis")[0], rank, "CumProd")
+    n = known_dim(x.shape[a])
+    if n is None:
+        raise LoweringError(f"CumProd along axis {a}, whose length ({x.shape[a]}) is not known when the model is compiled")
+    one = 1.0 if x.dtype in FLOAT_DTYPES else 1
+
+    def shifted(t: Node, d: int) -> Node:
+        low, high = [0] * rank, [0] * rank
+        low[a], high[a] = d, -d
+        return imp.graph.add("pad", (t,), {"low": tuple(low), "high": tuple(high), "value": one})
+
+    if reverse:
+        x = flip(imp, x, a)
+    if exclusive and n:
+        x = shifted(x, 1)
+    d = 1
+    while d < n:
+        x = elementwise(imp, "mul", [x, shifted(x, d)], x.dtype)
+        d *= 2
+    return flip(imp, x, a) if reverse else x
+
+
+@onnx_op("Hardmax")
+def _hardmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
+    """1 where the first maximum along ``axis`` lies, 0 elsewhere."""
+    x = imp.tensor(x)
+    a = normalize_axis(axis, x.tensor_type.rank, "Hardmax")
+    first = imp.graph.add("argreduce", (x,), {"axis": a, "kind": "argmax", "keepdim": True, "last": False})
+    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(x.shape[a]),), {"dtype": "i64"}), *imp.sizes(x.shape)), {"dims": (a,)})
+    hit = imp.graph.add("eq", (positions, broadcast_to(imp, first, x.shape)))
+    return convert(imp, hit, x.dtype)
+
+
+@onnx_op("ArgMax", "ArgMin")
+def _argreduce(imp: OnnxImporter, node: Any, x: Any, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Node:
+    x = imp.tensor(x)
+    axis = normalize_axis(axis, x.tensor_type.rank, node.op_type)
+    return imp.graph.add("argreduce", (x,), {"axis": axis, "kind": node.op_type.lower(), "keepdim": bool(keepdims), "last": bool(select_last_index)})
+
+
+TOPK_UNROLLED = 64  # TopK runs as k selections; a larger k is refused rather than unrolled
+
+
+@onnx_op("TopK")
+def _top_k(imp: OnnxImporter, node: Any, x: Any, k: Any, axis: int = -1, largest: int = 1, sorted: int = 1) -> list[Node]:
+    """The k largest (or smallest) elements along ``axis`` in order, ties by the lower index, and
+    their indices: k rounds that each take the best element not taken yet (NaN counts as the
+    largest, as in PyTorch)."""
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    a = normalize_axis(axis, rank, "TopK")
+    count = _ints(k, "TopK's k")[0]
+    if count > TOPK_UNROLLED:
+        raise LoweringError(f"TopK with k={count}: disc unrolls TopK as k selections, up to k={TOPK_UNROLLED}")
+    c = imp.graph.constraints
+    if not c.prove_ge(x.shape[a], count):
+        if known_dim(x.shape[a]) is not None:
+            raise LoweringError(f"TopK: k={count} is larger than axis {a} ({x.shape[a]})")
+        c.assume(x.shape[a], ">=", count, f"TopK: axis {a} must have at least k={count} elements")
+    if count == 0:
+        raise LoweringError("TopK with k=0")
+    floats = x.dtype in FLOAT_DTYPES
+    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(x.shape[a]),), {"dtype": "i64"}), *imp.sizes(x.shape)), {"dims": (a,)})
+    taken = broadcast_to(imp, scalar(imp, False, "i1"), x.shape)
+    values, indices = [], []
+    worst = (-np.inf if largest else np.inf) if floats else (np.iinfo(numpy_dtype(x.dtype)).min if largest else np.iinfo(numpy_dtype(x.dtype)).max)
+    for _ in range(count):
+        open_ = select(imp, taken, worst, x, x.dtype)
+        best = reduce(imp, open_, [a], "max" if largest else "min", True)
+        hit = elementwise(imp, "eq", [x, best], x.dtype)
+        if floats:  # a NaN is the best there is (max/min propagate it); x == NaN never holds
+            nan = imp.graph.add("isnan", (x,))
+            hit = elementwise(imp, "logical_or", [hit, elementwise(imp, "logical_and", [nan, broadcast_to(imp, imp.graph.add("isnan", (best,)), x.shape)], "i1")], "i1")
+        hit = elementwise(imp, "logical_and", [hit, imp.graph.add("logical_not", (taken,))], "i1")
+        first = imp.graph.add("argreduce", (convert(imp, hit, "i32"),), {"axis": a, "kind": "argmax", "keepdim": True, "last": False})
+        indices.append(first)
+        values.append(imp.graph.add("gather", (x, first), {"axis": a}))
+        taken = elementwise(imp, "logical_or", [taken, elementwise(imp, "eq", [positions, broadcast_to(imp, first, x.shape)], "i64")], "i1")
+    join = (lambda vs: vs[0]) if count == 1 else (lambda vs: imp.graph.add("concat", vs, {"axis": a}))
+    return [join(values), join(indices)]
+
+
+_NORM_REDUCE = {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
+
+
+@onnx_op(*_NORM_REDUCE)
+def _norm_reduce(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, keepdims: int = 1, noop_with_empty_axes: int = 0, axes: Sequence[int] | None = None) -> Node:
+    x = imp.tensor(x)
+    rank = x.tensor_type.rank
+    chosen = axes if axes is not None else (_ints(axes_in, f"{node.op_type} axes") if axes_in is not None else None)
+    if not chosen and noop_with_empty_axes:
+        chosen = []
+    elif not chosen:
+        chosen = list(range(rank))
+    dims = sorted({normalize_axis(a, rank, node.op_type) for a in chosen})
+    op = node.op_type
+    if op == "ReduceLogSumExp":  # log(sum(exp(x - max))) + max: no overflow
+        peak = reduce(imp, x, dims, "max", True) if dims else x
+        finite = select(imp, imp.graph.add("isinf", (peak,)), 0.0, peak, x.dtype) if x.dtype in FLOAT_DTYPES else peak
+        shifted = imp.graph.add("exp", (elementwise(imp, "sub", [x, finite], x.dtype),))
+        out = elementwise(imp, "add", [imp.graph.add("log", (reduce(imp, shifted, dims, "sum", True) if dims else shifted,)), finite], x.dtype)
+    else:
+        term = {"ReduceL1": lambda: imp.graph.add("abs", (x,)), "ReduceLogSum": lambda: x}.get(op, lambda: elementwise(imp, "mul", [x, x], x.dtype))()
+        out = reduce(imp, term, dims, "sum", True) if dims else term
+        if op == "ReduceL2":
+            out = imp.graph.add("sqrt", (out,))
+        elif op == "ReduceLogSum":
+            out = imp.graph.add("log", (out,))
+    if keepdims or not dims:
+        return out
+    return reshape(imp, out, [d for i, d in enumerate(x.shape) if i not in dims])
