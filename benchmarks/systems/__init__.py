@@ -8,7 +8,7 @@ import importlib
 
 from benchmarks.systems.base import SYSTEMS, Context, Runner, System, register
 
-for _adapter in ("eager", "disc_system", "inductor", "ort", "ov"):
+for _adapter in ("eager", "disc_system", "inductor", "ort", "ov", "disc_onnx"):
     importlib.import_module(f"benchmarks.systems.{_adapter}")
 
 __all__ = ["SYSTEMS", "Context", "Runner", "System", "register"]

@@ -61,7 +61,7 @@ class ArrayBuilder(GraphBuilder):
             return self.graph.add("index_to_tensor", (self.index(value.dim),), {"dtype": value.dtype})
         if isinstance(value, np.ndarray):
             return self.graph.add_constant(np.asarray(value, order="C"))  # (ascontiguousarray makes a 0-d array 1-d)
-        raise LoweringError(f"cannot use {type(value).__name__} as a tensor")
+        raise LoweringError(f"cannot use a {type(value).__name__} as a tensor (disc's values are tensors; sequences live inside a model only)")
 
     def shape_tensor(self, dims: Sequence[DimLike], dtype: str = "i64") -> Node:
         """A 1-d integer tensor holding ``dims`` (a shape value used as data)."""
@@ -95,11 +95,38 @@ class NeedsValue(LoweringError):
         self.input = input
 
 
+# Ops that pass an input's values through unchanged in kind (pieces, reshapes, casts, joins with
+# constants): a shape operand computed by them from an input is that input's values, compiled
+# per value.
+_VALUE_PASSING = frozenset({"slice", "reshape", "convert", "transpose", "concat"})
+
+
+def input_behind(v: Any) -> Node | None:
+    """The input that ``v`` is built from by pieces, reshapes, casts and joins with constants, if
+    it is so built (a size may come as a float, as ONNX's Range and OneHot allow)."""
+    if not isinstance(v, Node):
+        return None
+    if v.op == "input":
+        return v
+    if v.op not in _VALUE_PASSING:
+        return None
+    found = None
+    for operand in v.inputs:
+        if operand.is_index or operand.op == "constant":  # (a slice's bounds, a constant piece)
+            continue
+        source = input_behind(operand)
+        if source is None:
+            return None
+        found = found or source
+    return found
+
+
 def known_ints(v: Any, what: str) -> list[int]:
     """``v`` as a flat list of ints; it must be known at compile time."""
     k = known(v)
-    if k is None and isinstance(v, Node) and v.op == "input":
-        raise NeedsValue(what, v.name)
+    source = input_behind(v) if k is None else None
+    if source is not None:
+        raise NeedsValue(what, source.name)
     if k is None:
         raise LoweringError(f"{what} must be known when the model is compiled (a constant), not computed at run time")
     return [int(x) for x in np.asarray(k).reshape(-1)]
@@ -117,10 +144,9 @@ def arange(ctx: GraphBuilder, start: Any, limit: Any, delta: Any, dtype: str) ->
             return convert(ctx, ctx.graph.add_constant(values.astype(np.float32)), "bf16")
         return values.astype(numpy_dtype(dtype))
     for v in (start, limit, delta):
-        while isinstance(v, Node) and v.op == "convert":  # a cast input (a size as a float) is still the caller's value
-            v = v.inputs[0]
-        if known(v) is None and isinstance(v, Node) and v.op == "input":
-            raise NeedsValue("Range's start, limit and step", v.name)
+        source = input_behind(v) if known(v) is None else None  # (a size cast to float is still the caller's value)
+        if source is not None:
+            raise NeedsValue("Range's start, limit and step", source.name)
     lim = limit.dim if isinstance(limit, DimValue) else None
     if ks is None or kd is None or lim is None or np.asarray(kd).item() <= 0 or dtype not in ("i32", "i64"):
         raise LoweringError("Range with a start, step or limit computed at run time (a limit may be a dim), a step <= 0, or a non-integer dtype")

@@ -1,4 +1,4 @@
-"""The CPU peers (onnxruntime, OpenVINO) on the smoke workload: eager's outputs at every shape, and a warm start."""
+"""The CPU peers (onnxruntime, OpenVINO) and disc on the same exported file, on the smoke workload: eager's outputs at every shape, and a warm start."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def smoke() -> tuple[Workload, torch.nn.Module]:
     return workload, workload.build()
 
 
-@pytest.mark.parametrize("name", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("name", ["onnxruntime", "openvino", "disc-onnx"])
 def test_peer_matches_eager_and_warm_start_reuses_export(name, smoke, tmp_path: Path, monkeypatch) -> None:
     system = SYSTEMS[name]
     for module in system.requires:

@@ -568,6 +568,31 @@ DYNAMIC_CASES = [
         [(1,), (3,)],
     ),
     (
+        "if_on_a_run_time_flag_and_sequences",
+        lambda: _model(
+            [
+                helper.make_node(
+                    "If", ["flag"], ["picked"],
+                    then_branch=helper.make_graph([helper.make_node("Relu", ["x"], ["a"])], "then", [], [helper.make_tensor_value_info("a", F, ["n", 4])]),
+                    else_branch=helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "else", [], [helper.make_tensor_value_info("b", F, ["n", 4])]),
+                ),
+                helper.make_node("SplitToSequence", ["x", "two"], ["pieces"], axis=1),
+                helper.make_node("SequenceInsert", ["pieces", "picked"], ["more"]),
+                helper.make_node("SequenceErase", ["more", "zero"], ["fewer"]),
+                helper.make_node("ConcatFromSequence", ["fewer"], ["joined"], axis=1),
+                helper.make_node("SequenceLength", ["fewer"], ["count"]),
+                helper.make_node("Cast", ["count"], ["countf"], to=TensorProto.FLOAT),
+                helper.make_node("Mul", ["joined", "countf"], ["y"]),
+            ],
+            [helper.make_tensor_value_info("x", F, ["n", 4]), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+            [helper.make_tensor_value_info("y", F, ["n", 6])],
+            [_i64("two", 2), _i64("zero", 0)],
+            opset=13,
+        ),
+        lambda rng, n: {"x": rng.standard_normal((n, 4)).astype(np.float32), "flag": np.array(n % 2 == 1)},
+        [(1,), (2,), (5,)],
+    ),
+    (
         "elementwise_newcomers",
         lambda: _model(
             [

@@ -57,22 +57,6 @@ def _load(model: Any) -> Any:
     raise CompileError(f"disc.onnx.compile takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
 
 
-def _attributes(node: Any) -> dict[str, Any]:
-    from onnx import AttributeProto, helper, numpy_helper
-
-    out = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        if a.type == AttributeProto.TENSOR:
-            v = numpy_helper.to_array(v)
-        elif isinstance(v, bytes):
-            v = v.decode()
-        elif isinstance(v, list) and v and isinstance(v[0], bytes):
-            v = [x.decode() for x in v]
-        out[a.name] = v
-    return out
-
-
 def import_model(
     model: Any,
     dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
@@ -100,26 +84,12 @@ def import_model(
     except LoweringError as e:
         raise CompileError(str(e)) from None
     imp.values.update(initializers)
-    for k, node in enumerate(g.node):
-        where = f"node {node.name or k!r} ({node.op_type}, opset {opset})"
-        if node.domain not in ("", "ai.onnx"):
-            raise CompileError(f"{where}: operator domain {node.domain!r} is not supported")
-        fn = OPS.get(node.op_type)
-        if fn is None:
-            raise CompileError(f"{where}: {node.op_type} is not supported by disc's ONNX frontend (supported: {', '.join(supported_ops())})")
-        operands = [imp.values[name] if name else None for name in node.input]
-        try:
-            result = fn(imp, node, *operands, **_attributes(node))
-        except NeedsValue:
-            raise
-        except (LoweringError, ValueError, TypeError, KeyError) as e:
-            raise CompileError(f"{where}: {type(e).__name__}: {e}") from None
-        results = result if isinstance(result, list) else [result]
-        for name, value in zip(node.output, results):
-            if name:
-                imp.values[name] = value
+    imp.run_nodes(g.node)
     outputs = [o.name for o in g.output]
-    imp.graph.outputs = [imp.tensor(imp.values[name]) for name in outputs]
+    try:
+        imp.graph.outputs = [imp.tensor(imp.values[name]) for name in outputs]
+    except LoweringError as e:  # (a sequence output: disc's programs give tensors)
+        raise CompileError(f"an output of the model: {e}") from None
     return imp, inputs, outputs
 
 

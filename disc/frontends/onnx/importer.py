@@ -8,12 +8,12 @@ them (a ``Reshape``'s shape, ``Unsqueeze``'s axes) and become graph constants wh
 computes with them. ``Shape`` gives a *shape value*, the list of the tensor's symbolic dims,
 and the integer ops over it (``Gather``, ``Slice``, ``Concat``, ``Unsqueeze``, arithmetic)
 compute on those dims at compile time: the shape computation becomes the IR's index ops,
-never a per-call evaluation. Each op's lowering is in ``ops.py``.
+never a per-call evaluation. Each op's lowering is in ``ops/``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,62 @@ class OnnxImporter(ArrayBuilder):
         super().__init__(name)
         self.opset = opset
         self.values: dict[str, Any] = {}
+
+    def run_nodes(self, nodes: Sequence[Any]) -> None:
+        """Lower ``nodes`` in order through the op table, binding their outputs by name."""
+        from disc.errors import CompileError
+        from disc.frontends.arrays import NeedsValue
+        from disc.frontends.onnx.ops import OPS
+
+        for k, node in enumerate(nodes):
+            where = f"node {node.name or k!r} ({node.op_type}, opset {self.opset})"
+            if node.domain not in ("", "ai.onnx"):
+                raise CompileError(f"{where}: operator domain {node.domain!r} is not supported")
+            fn = OPS.get(node.op_type)
+            if fn is None:
+                raise CompileError(f"{where}: {node.op_type} is not supported by disc's ONNX frontend (supported: {', '.join(sorted(OPS))})")
+            operands = [self.values[name] if name else None for name in node.input]
+            try:
+                result = fn(self, node, *operands, **attributes(node))
+            except NeedsValue:
+                raise
+            except (LoweringError, ValueError, TypeError, KeyError) as e:
+                raise CompileError(f"{where}: {type(e).__name__}: {e}") from None
+            results = result if isinstance(result, list) else [result]
+            for name, value in zip(node.output, results):
+                if name:
+                    self.values[name] = value
+
+    def run_subgraph(self, graph: Any) -> list[Any]:
+        """A control-flow op's body (``If``'s branches) lowered in the enclosing scope: it reads
+        outer values by name; its own names do not leak out. Returns its outputs' values."""
+        from onnx import numpy_helper
+
+        outer = dict(self.values)
+        try:
+            self.values.update({t.name: numpy_helper.to_array(t) for t in graph.initializer})
+            self.run_nodes(graph.node)
+            return [self.values[o.name] for o in graph.output]
+        finally:
+            self.values = outer
+
+
+def attributes(node: Any) -> dict[str, Any]:
+    """A node's attributes as Python values (tensors as numpy arrays, strings decoded; graphs
+    stay GraphProtos for the control-flow ops)."""
+    from onnx import AttributeProto, helper, numpy_helper
+
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if a.type == AttributeProto.TENSOR:
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode() for x in v]
+        out[a.name] = v
+    return out
 
 
 def _dims(value_info: Any) -> list[Any]:

@@ -35,7 +35,8 @@ from disc.frontends.onnx.ops import (  # noqa: E402
     recurrent,
     reduction,
     resize,
+    sequence,
     spectral,
 )
 
-__all__ = ["OPS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "spectral"]
+__all__ = ["OPS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral"]

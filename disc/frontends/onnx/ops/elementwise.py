@@ -16,6 +16,7 @@ from disc.ir.builder import (
     LoweringError,
     convert,
     elementwise,
+    reshape,
     select,
 )
 from disc.ir.graph import Node
@@ -190,6 +191,26 @@ def _variadic(imp: OnnxImporter, node: Any, *xs: Any) -> Any:
     if node.op_type == "Mean" and len(nodes) > 1:
         out = elementwise(imp, "div", [out, float(len(nodes))], out.dtype)
     return out
+
+
+@onnx_op("If")
+def _if(imp: OnnxImporter, node: Any, cond: Any, then_branch: Any = None, else_branch: Any = None) -> list[Any]:
+    """A condition known at compile time (a shape test) lowers the branch it picks; one known only
+    at run time lowers both and selects between their results, which must then have one shape."""
+    k = _known(cond)
+    if k is not None:
+        return imp.run_subgraph(then_branch if bool(np.asarray(k).reshape(-1)[0]) else else_branch)
+    chosen = imp.tensor(cond)
+    if chosen.tensor_type.rank > 1 or (chosen.tensor_type.rank == 1 and not imp.graph.constraints.prove_is_one(chosen.shape[0])):
+        raise LoweringError(f"If's condition must hold one element, not shape {chosen.shape}")
+    flag = reshape(imp, convert(imp, chosen, "i1"), [])
+    outs = []
+    for a, b in zip(imp.run_subgraph(then_branch), imp.run_subgraph(else_branch), strict=True):
+        x, y = imp.tensor(a), imp.tensor(b)
+        if x.dtype != y.dtype or not imp.graph.constraints.prove_same_shape(x.shape, y.shape):
+            raise LoweringError(f"If on a condition known only at run time, whose branches give {x.dtype}{list(x.shape)} and {y.dtype}{list(y.shape)}: disc selects between branches of one type")
+        outs.append(select(imp, flag, x, y, x.dtype))
+    return outs
 
 
 @onnx_op("Identity")

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from disc.frontends.arrays import known_ints as _ints
 from disc.frontends.onnx.importer import ELEM_TYPES, OnnxImporter
 from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim, matmul, require_divisible
@@ -22,6 +23,7 @@ from disc.ir.builder import (
     select,
 )
 from disc.ir.graph import Node
+from disc.ir.types import numpy_dtype
 from disc.shape.expr import DimLike, as_expr
 
 
@@ -235,3 +237,24 @@ def _rotary_embedding(imp: OnnxImporter, node: Any, x: Any, cos_cache: Any, sin_
     if rank == 3:
         return reshape(imp, turned, x.shape)
     return imp.graph.add("transpose", (turned,), {"perm": (0, 2, 1, 3)})
+
+
+@onnx_op("AffineGrid")
+def _affine_grid(imp: OnnxImporter, node: Any, theta: Any, size: Any, align_corners: int = 0) -> Node:
+    """Sampling grids: each output position's normalised coordinates in [-1, 1] (pixel corners
+    with ``align_corners``, centres without), [x, y(, z), 1] transformed by each batch entry's
+    theta. The spatial size must be known (a constant, or the caller's value compiled per value)."""
+    theta = imp.tensor(theta)
+    sizes = _ints(size, "AffineGrid's size")
+    spatial = sizes[2:]
+    if len(spatial) not in (2, 3):
+        raise LoweringError(f"AffineGrid's size has {len(sizes)} entries; ONNX takes [N, C, H, W] or [N, C, D, H, W]")
+    axes = []
+    for n in spatial:  # (the reference's own steps, so the coordinates agree to the last bit)
+        axes.append(np.arange(-1, 1 + 0.0001, 2.0 / (n - 1)) if align_corners else np.arange(-1 + 1.0 / n, 1, 2.0 / n))
+    mesh = np.meshgrid(*axes, indexing="ij")  # [z,] y, x over the spatial dims
+    base = np.stack([*reversed(mesh), np.ones(tuple(spatial))], axis=-1).reshape(-1, len(spatial) + 1)
+    batch = theta.shape[0]
+    points = broadcast_to(imp, imp.graph.add_constant(base.astype(numpy_dtype(theta.dtype))), [batch, *base.shape])
+    grid = batched_matmul(imp, points, imp.graph.add("transpose", (theta,), {"perm": (0, 2, 1)}))
+    return reshape(imp, grid, [batch, *spatial, len(spatial)])

@@ -120,6 +120,9 @@ def _gather(imp: OnnxImporter, node: Any, x: Any, indices: Any, axis: int = 0) -
         idx = _ints(indices, "Gather's indices into a shape")
         picked = [x.dims[i] for i in idx]
         return DimValue(picked[0]) if np.asarray(_known(indices)).ndim == 0 else ShapeValue(picked)
+    k = _known(indices)
+    if isinstance(x, np.ndarray) and x.dtype.kind in "iub" and x.size <= 64 and k is not None:  # shape arithmetic on constants
+        return np.take(x, k, axis=normalize_axis(axis, x.ndim, "Gather"))
     data = imp.tensor(x)
     rank = data.tensor_type.rank
     axis = normalize_axis(axis, rank, "Gather")
@@ -157,11 +160,23 @@ def _concat(imp: OnnxImporter, node: Any, *parts: Any, axis: int = 0) -> Any:
 
 @onnx_op("Slice")
 def _slice(imp: OnnxImporter, node: Any, x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Any:
-    s, e = _ints(starts, "Slice starts"), _ints(ends, "Slice ends")
+    # Bounds may be dims (an exporter's position_ids[:, :seq]): a symbolic bound is a length, >= 0.
+    s, e = _dims_of(starts, "Slice starts"), _dims_of(ends, "Slice ends")
     ax = _ints(axes, "Slice axes") if axes is not None else list(range(len(s)))
     st = _ints(steps, "Slice steps") if steps is not None else [1] * len(s)
-    if isinstance(x, ShapeValue) and ax == [0] and st == [1]:
+    symbolic = [v for v in (*s, *e) if not isinstance(v, int)]
+    if isinstance(x, ShapeValue) and ax == [0] and st == [1] and not symbolic:
         return ShapeValue(x.dims[slice(s[0], e[0])])
+    for v in symbolic:
+        if not imp.graph.constraints.prove_ge(v, 0):
+            imp.graph.constraints.assume(v, ">=", 0, f"Slice: the bound {v} computed from shapes must not be negative")
+    if symbolic and any(step < 0 for step in st):
+        raise LoweringError("Slice with a negative step and bounds computed from shapes")
+    if isinstance(x, np.ndarray) and x.dtype.kind in "iub" and x.size <= 64 and not symbolic:  # shape arithmetic on constants
+        index = [slice(None)] * x.ndim
+        for a, lo, hi, step in zip(ax, s, e, st):
+            index[normalize_axis(a, x.ndim, "Slice")] = slice(lo, hi, step)
+        return x[tuple(index)]
     out = imp.tensor(x)
     for a, lo, hi, step in zip(ax, s, e, st):
         a = normalize_axis(a, out.tensor_type.rank, "Slice")
@@ -467,7 +482,12 @@ def _center_crop_pad(imp: OnnxImporter, node: Any, x: Any, shape: Any, axes: Any
 
 
 @onnx_op("Split")
-def _split(imp: OnnxImporter, node: Any, x: Any, split: Any = None, axis: int = 0, num_outputs: int | None = None) -> list[Node]:
+def _split(imp: OnnxImporter, node: Any, x: Any, split: Any = None, axis: int = 0, num_outputs: int | None = None) -> list[Any]:
+    if isinstance(x, np.ndarray) and x.dtype.kind in "iu" and x.ndim == 1:  # pieces of a known shape stay known
+        count, total = len(node.output), x.size
+        step = -(-total // count)
+        sizes = _ints(split, "Split's sizes") if split is not None else [min(step, total - i * step) for i in range(count)]
+        return np.split(x, np.cumsum(sizes)[:-1])
     x = imp.tensor(x)
     axis = normalize_axis(axis, x.tensor_type.rank, "Split")
     n = x.shape[axis]
