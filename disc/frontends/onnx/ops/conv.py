@@ -21,7 +21,7 @@ from disc.ir.types import numpy_dtype
 from disc.shape.expr import DimLike, as_expr
 
 
-# -- convolution and pooling -----------------------------------------------------------------------------
+# -- convolution -----------------------------------------------------------------------------------------
 def _explicit_pads(imp: OnnxImporter, node: Any, spatial: Sequence[DimLike], kernel: Sequence[int], strides: Any, dilations: Any, pads: Any, auto_pad: str) -> list[int]:
     """The begin and end pads (ONNX's ``pads`` layout) that ``auto_pad`` asks for. SAME pads so
     that out = ceil(in / stride): a total of (out - 1) * stride + extent - in, the odd one at the

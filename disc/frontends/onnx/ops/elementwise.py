@@ -23,7 +23,6 @@ from disc.ir.graph import Node
 from disc.ir.types import FLOAT_DTYPES, numpy_dtype
 from disc.shape.expr import DimLike, as_expr
 
-# -- elementwise -------------------------------------------------------------------------------------
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "Mod": "remainder"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
 _LOGICAL = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}

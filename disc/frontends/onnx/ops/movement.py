@@ -34,7 +34,6 @@ from disc.ir.types import FLOAT_DTYPES, dtype_of_numpy
 from disc.shape.expr import DimLike, SymExpr, as_expr, product
 
 
-# -- movement ------------------------------------------------------------------------------------------
 @onnx_op("Transpose")
 def _transpose(imp: OnnxImporter, node: Any, x: Any, perm: Sequence[int] | None = None) -> Node:
     x = imp.tensor(x)

@@ -25,7 +25,6 @@ from disc.ir.registry import normalize_axis
 from disc.shape.expr import as_expr, product
 
 
-# -- normalisation and softmax -------------------------------------------------------------------------
 @onnx_op("Softmax", "LogSoftmax")
 def _softmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
     x = imp.tensor(x)

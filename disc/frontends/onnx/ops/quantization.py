@@ -20,7 +20,6 @@ from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
 from disc.shape.expr import as_expr
 
-# -- quantization ----------------------------------------------------------------------------------------
 _QUANT_RANGES = {"u8": (0, 255), "i8": (-128, 127), "i16": (-32768, 32767)}
 
 

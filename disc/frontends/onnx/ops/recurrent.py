@@ -20,7 +20,6 @@ from disc.ir.builder import (
 from disc.ir.graph import Node
 from disc.shape.expr import as_expr
 
-# -- recurrent layers ------------------------------------------------------------------------------------
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
 _ACTIVATIONS = {"Tanh": "tanh", "Sigmoid": "sigmoid", "Relu": "relu"}

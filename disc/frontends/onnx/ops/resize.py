@@ -23,7 +23,6 @@ from disc.ir.registry import normalize_axis
 from disc.ir.types import FLOAT_DTYPES
 from disc.shape.expr import DimLike, as_expr
 
-# -- resize ---------------------------------------------------------------------------------------------
 _RESIZE_MODES = {"nearest", "linear", "cubic"}
 _COORDINATE_MODES = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"}
 _NEAREST_MODES = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}

@@ -22,7 +22,6 @@ from disc.ir.types import numpy_dtype
 from disc.shape.expr import product
 
 
-# -- spectral --------------------------------------------------------------------------------------------
 def _dft_last(imp: OnnxImporter, re: Node, im: Node | None, n: int, inverse: bool, onesided: bool) -> tuple[Node, Node | None]:
     """The DFT of length ``n`` along the last axis as GEMMs with cosine and sine tables (float64
     tables, in the data's dtype): forward e^-i2pi jk/n, inverse e^+i2pi jk/n / n. ``onesided``
