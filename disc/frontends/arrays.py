@@ -162,6 +162,24 @@ def arange(ctx: GraphBuilder, start: Any, limit: Any, delta: Any, dtype: str) ->
     return out
 
 
+def same_padding(n: DimLike, kernel: int, stride: int, dilation: int) -> tuple[int, int] | None:
+    """SAME padding (low, high) of a window over a dim of ``n``, so that out = ceil(n / stride):
+    a total of (out - 1) * stride + extent - n, the odd one at the end (TensorFlow's SAME, ONNX's
+    SAME_UPPER). None where it depends on a size known only at run time (stride > 1); with
+    stride 1 it is extent - 1 for any size."""
+    extent = (kernel - 1) * dilation + 1
+
+    def of(size: int) -> tuple[int, int]:
+        total = max((-(-size // stride) - 1) * stride + extent - size, 0)
+        return total // 2, total - total // 2
+
+    if isinstance(n, int) or (isinstance(n, SymExpr) and n.is_const):
+        return of(int(n))
+    if stride == 1:
+        return of(10_000)  # extent - 1 in all, whatever the size
+    return None
+
+
 def shape_dims(v: Any, what: str) -> list[DimLike]:
     """A shape operand as symbolic dims: a constant, or a shape value."""
     if isinstance(v, ShapeValue):

@@ -235,13 +235,15 @@ def cumulative_sum(ctx: GraphBuilder, x: Node, axis: int, exclusive: bool = Fals
     return flip(ctx, out, axis) if reverse else out
 
 
+def positions(ctx: GraphBuilder, shape: Sequence[DimLike], axis: int) -> Node:
+    """An i64 tensor of ``shape`` holding each element's index along ``axis``."""
+    along = ctx.graph.add("iota", (ctx.index(shape[axis]),), {"dtype": "i64"})
+    return ctx.graph.add("broadcast_in_dim", (along, *ctx.sizes(shape)), {"dims": (axis,)})
+
+
 def triangle(ctx: GraphBuilder, rows: DimLike, cols: DimLike, upper: bool, diagonal: int = 0) -> Node:
     """A [rows, cols] bool mask: true on and above (``upper``) or below the ``diagonal``-th diagonal."""
-    r = ctx.graph.add("iota", (ctx.index(rows),), {"dtype": "i64"})
-    c = ctx.graph.add("iota", (ctx.index(cols),), {"dtype": "i64"})
-    r2 = ctx.graph.add("broadcast_in_dim", (r, ctx.index(rows), ctx.index(cols)), {"dims": (0,)})
-    c2 = ctx.graph.add("broadcast_in_dim", (c, ctx.index(rows), ctx.index(cols)), {"dims": (1,)})
-    diff = ctx.graph.add("sub", (c2, r2))  # col - row
+    diff = ctx.graph.add("sub", (positions(ctx, [rows, cols], 1), positions(ctx, [rows, cols], 0)))  # col - row
     return elementwise(ctx, "ge" if upper else "le", [diff, diagonal], "i64")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from disc.frontends.arrays import DimValue, ShapeValue, arange, dim_arith, known, known_ints, reshape_target, shape_dims
+from disc.frontends.arrays import DimValue, ShapeValue, arange, dim_arith, known, known_ints, reshape_target, same_padding, shape_dims
 from disc.frontends.tf.importer import TfImporter
 from disc.ir.builder import (
     LoweringError,
@@ -40,7 +40,7 @@ from disc.ir.builder import (
 from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
 from disc.ir.types import FLOAT_DTYPES, numpy_dtype
-from disc.shape.expr import DimLike, SymExpr, as_expr, product
+from disc.shape.expr import DimLike, as_expr, product
 
 OPS: dict[str, Callable[..., Any]] = {}
 
@@ -653,21 +653,6 @@ def _spatial_axes(data_format: str, rank: int) -> list[int]:
     return list(range(1, rank - 1)) if data_format.startswith("NH") or data_format == "NDHWC" else list(range(2, rank))
 
 
-def _same_amounts(n: DimLike, k: int, s: int, d: int) -> tuple[int, int] | None:
-    """SAME padding (low, high) of a dim, where it does not depend on the dim's size at run time."""
-    eff = (k - 1) * d + 1
-
-    def of(size: int) -> tuple[int, int]:
-        total = max((-(-size // s) - 1) * s + eff - size, 0)
-        return total // 2, total - total // 2
-
-    if isinstance(n, int) or (isinstance(n, SymExpr) and n.is_const):
-        return of(int(n))
-    if s == 1:
-        return of(10_000)  # eff - 1 in all, whatever the size
-    return None
-
-
 def _pad_same(imp: TfImporter, x: Node, axis: int, k: int, s: int, d: int, fill: float) -> Node:
     """Pad ``x`` along ``axis`` for SAME windows whose padding depends on the size at run time
     (stride > 1): pad by the most any size needs, then keep the window of what this size needs."""
@@ -710,7 +695,7 @@ def _window_padding(
         elif padding == "EXPLICIT":
             pads.append((int(explicit[2 * axis]), int(explicit[2 * axis + 1])))
         elif padding == "SAME":
-            fixed = _same_amounts(x.shape[axis], kernel[i], strides[i], dilations[i])
+            fixed = same_padding(x.shape[axis], kernel[i], strides[i], dilations[i])
             if fixed is None:
                 x = _pad_same(imp, x, axis, kernel[i], strides[i], dilations[i], fill)
                 fixed = (0, 0)

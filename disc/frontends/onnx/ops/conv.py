@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from disc.frontends.arrays import same_padding
 from disc.frontends.onnx.importer import OnnxImporter
 from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim
@@ -23,10 +24,8 @@ from disc.shape.expr import DimLike, as_expr
 
 # -- convolution -----------------------------------------------------------------------------------------
 def _explicit_pads(imp: OnnxImporter, node: Any, spatial: Sequence[DimLike], kernel: Sequence[int], strides: Any, dilations: Any, pads: Any, auto_pad: str) -> list[int]:
-    """The begin and end pads (ONNX's ``pads`` layout) that ``auto_pad`` asks for. SAME pads so
-    that out = ceil(in / stride): a total of (out - 1) * stride + extent - in, the odd one at the
-    end (SAME_UPPER) or the beginning (SAME_LOWER). With stride 1 that is extent - 1 for any in;
-    with a larger stride it depends on the dim, which must then be known."""
+    """The begin and end pads (ONNX's ``pads`` layout) that ``auto_pad`` asks for: SAME's odd pad
+    at the end (SAME_UPPER) or the beginning (SAME_LOWER); with a stride > 1 the dim must be known."""
     n = len(kernel)
     if auto_pad in ("NOTSET", "VALID"):
         return list(pads) if pads is not None and auto_pad == "NOTSET" else [0] * (2 * n)
@@ -35,17 +34,12 @@ def _explicit_pads(imp: OnnxImporter, node: Any, spatial: Sequence[DimLike], ker
     strides, dilations = list(strides or [1] * n), list(dilations or [1] * n)
     low, high = [], []
     for i in range(n):
-        extent = (kernel[i] - 1) * dilations[i] + 1
-        if strides[i] == 1:
-            total = extent - 1
-        else:
-            size = known_dim(spatial[i])
-            if size is None:
-                raise LoweringError(f"{node.op_type} with auto_pad={auto_pad} and stride {strides[i]} on spatial dim {i} ({spatial[i]}), which is not known when the model is compiled")
-            total = max((-(-size // strides[i]) - 1) * strides[i] + extent - size, 0)
-        small = total // 2
-        low.append(small if auto_pad == "SAME_UPPER" else total - small)
-        high.append(total - low[-1])
+        amounts = same_padding(spatial[i], kernel[i], strides[i], dilations[i])
+        if amounts is None:
+            raise LoweringError(f"{node.op_type} with auto_pad={auto_pad} and stride {strides[i]} on spatial dim {i} ({spatial[i]}), which is not known when the model is compiled")
+        small, large = amounts
+        low.append(small if auto_pad == "SAME_UPPER" else large)
+        high.append(large if auto_pad == "SAME_UPPER" else small)
     return low + high
 
 

@@ -124,13 +124,12 @@ def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
             if None not in decided:  # decided by the constraints: a compile-time condition
                 scalar_like = isinstance(a, DimValue) and isinstance(b, DimValue) or (ka is not None and ka.ndim == 0 and isinstance(b, DimValue)) or (kb is not None and kb.ndim == 0 and isinstance(a, DimValue))
                 return np.array(decided[0]) if scalar_like else np.array(decided)
-    if op == "pow" and kb is not None and kb.size == 1 and float(kb.reshape(-1)[0]) in (2.0, 3.0) and imp.tensor(a).dtype in ("f32", "f64"):
+    x, y = imp.tensor(a), imp.tensor(b)
+    if op == "pow" and kb is not None and kb.size == 1 and float(kb.reshape(-1)[0]) in (2.0, 3.0) and x.dtype in ("f32", "f64"):
         # x^2 and x^3 (GELU's tanh form, variances) as products, as PyTorch's kernels (and disc's
         # PyTorch frontend) compute them: a libm pow per element made GPT-2's exported MLP 2x slower.
-        x = imp.tensor(a)
         square = elementwise(imp, "mul", [x, x], x.dtype)
         return square if float(kb.reshape(-1)[0]) == 2.0 else elementwise(imp, "mul", [square, x], x.dtype)
-    x, y = imp.tensor(a), imp.tensor(b)
     if op in _LOGICAL.values():
         dtype = "i1"
     else:

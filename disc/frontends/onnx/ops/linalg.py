@@ -17,6 +17,7 @@ from disc.ir.builder import (
     convert,
     einsum,
     elementwise,
+    positions,
     reduce,
     reshape,
     scalar,
@@ -78,8 +79,7 @@ def _attention_allowed(imp: OnnxImporter, sq: DimLike, skv: DimLike, offset: Any
     ``nonpad - sq`` (bottom-right alignment)."""
     if not causal and left < 0 and right < 0 and nonpad is None:
         return None
-    rows = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(sq),), {"dtype": "i64"}), imp.index(sq), imp.index(skv)), {"dims": (0,)})
-    cols = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(skv),), {"dtype": "i64"}), imp.index(sq), imp.index(skv)), {"dims": (1,)})
+    rows, cols = positions(imp, [sq, skv], 0), positions(imp, [sq, skv], 1)
     if nonpad is not None:  # per batch entry: [batch, 1, sq, skv]
         batch = nonpad.shape[0]
         lengths = imp.graph.add("broadcast_in_dim", (nonpad, *imp.sizes([batch, 1, sq, skv])), {"dims": (0,)})

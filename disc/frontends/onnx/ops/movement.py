@@ -21,6 +21,7 @@ from disc.ir.builder import (
     convert,
     elementwise,
     flip,
+    positions,
     reshape,
     scalar,
     select,
@@ -88,9 +89,9 @@ def _unsqueeze(imp: OnnxImporter, node: Any, x: Any, axes_in: Any = None, axes: 
         return np.expand_dims(x, tuple(wanted))
     x = imp.tensor(x)
     rank = x.tensor_type.rank + len(wanted)
-    positions = sorted(normalize_axis(a, rank, "Unsqueeze") for a in wanted)
+    places = sorted(normalize_axis(a, rank, "Unsqueeze") for a in wanted)
     shape = list(x.shape)
-    for p in positions:
+    for p in places:
         shape.insert(p, 1)
     return reshape(imp, x, shape)
 
@@ -253,11 +254,11 @@ def _one_hot(imp: OnnxImporter, node: Any, indices: Any, depth: Any, values: Any
     rank = idx.tensor_type.rank + 1
     a = normalize_axis(axis, rank, "OneHot")
     shape = [*idx.shape[:a], size, *idx.shape[a:]]
-    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(size),), {"dtype": "i64"}), *imp.sizes(shape)), {"dims": (a,)})
+    along = positions(imp, shape, a)
     spread = imp.graph.add("broadcast_in_dim", (idx, *imp.sizes(shape)), {"dims": tuple(i for i in range(rank) if i != a)})
     v = imp.tensor(values)
     off, on = (reshape(imp, imp.graph.add("slice", (v, imp.index(i), imp.index(i + 1)), {"axis": 0, "step": 1}), []) for i in (0, 1))
-    return select(imp, imp.graph.add("eq", (positions, spread)), on, off, v.dtype)
+    return select(imp, imp.graph.add("eq", (along, spread)), on, off, v.dtype)
 
 
 @onnx_op("ReverseSequence")
@@ -266,40 +267,54 @@ def _reverse_sequence(imp: OnnxImporter, node: Any, x: Any, lens: Any, batch_axi
     time at ``lens[b] - 1 - t`` for t < lens[b], else t."""
     x = imp.tensor(x)
     shape = x.shape
-    t = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(shape[time_axis]),), {"dtype": "i64"}), *imp.sizes(shape)), {"dims": (time_axis,)})
+    t = positions(imp, shape, time_axis)
     n = imp.graph.add("broadcast_in_dim", (convert(imp, imp.tensor(lens), "i64"), *imp.sizes(shape)), {"dims": (batch_axis,)})
     back = elementwise(imp, "sub", [elementwise(imp, "sub", [n, 1], "i64"), t], "i64")
     index = select(imp, imp.graph.add("lt", (t, n)), back, t, "i64")
     return imp.graph.add("gather", (x, index), {"axis": time_axis})
 
 
-@onnx_op("GatherND")
-def _gather_nd(imp: OnnxImporter, node: Any, x: Any, indices: Any, batch_dims: int = 0) -> Node:
-    """Slices of ``x`` at the index tuples of ``indices``' last axis, as one index_select on ``x``
-    with its batch and indexed dims flattened: the flat index is the batch position and the
-    tuple (negatives counted from the end) combined by those dims' strides."""
-    data, index = imp.tensor(x), convert(imp, imp.tensor(indices), "i64")
+def _wrapped_index(imp: OnnxImporter, index: Node, size: DimLike) -> Node:
+    """A negative index counted from the end of a dim of ``size``."""
+    index = convert(imp, index, "i64")
+    n = imp.graph.add("index_to_tensor", (imp.index(size),), {"dtype": "i64"})
+    return select(imp, elementwise(imp, "lt", [index, 0], "i64"), elementwise(imp, "add", [index, n], "i64"), index, "i64")
+
+
+def _tuple_offsets(imp: OnnxImporter, op: str, index: Node, shape: Sequence[DimLike], batch_dims: int) -> tuple[Node, int]:
+    """For GatherND/ScatterND: each index tuple (``index``'s last axis; negatives counted from the
+    end), preceded by its batch position, as one flat offset into ``shape``'s leading dims.
+    Returns the offsets (of ``index``'s shape less its last axis) and how many dims they cover."""
     depth = known_dim(index.shape[-1])
     if depth is None:
-        raise LoweringError(f"GatherND: the index tuples' length (the last dim of indices, {index.shape[-1]}) must be known when the model is compiled")
+        raise LoweringError(f"{op}: the index tuples' length (the last dim of indices, {index.shape[-1]}) must be known when the model is compiled")
     lead = batch_dims + depth
-    if lead > data.tensor_type.rank:
-        raise LoweringError(f"GatherND: batch_dims {batch_dims} + tuple length {depth} exceed the data's rank {data.tensor_type.rank}")
+    if lead > len(shape):
+        raise LoweringError(f"{op}: batch_dims {batch_dims} + tuple length {depth} exceed the data's rank {len(shape)}")
     spots = list(index.shape[:-1])
     flat = None
     for i in range(lead):
         if i < batch_dims:
-            part = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(data.shape[i]),), {"dtype": "i64"}), *imp.sizes(spots)), {"dims": (i,)})
+            part = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(shape[i]),), {"dtype": "i64"}), *imp.sizes(spots)), {"dims": (i,)})
         else:
             j = i - batch_dims
             part = reshape(imp, imp.graph.add("slice", (index, imp.index(j), imp.index(j + 1)), {"axis": index.tensor_type.rank - 1, "step": 1}), spots)
-            size = imp.graph.add("broadcast_in_dim", (imp.graph.add("index_to_tensor", (imp.index(data.shape[i]),), {"dtype": "i64"}), *imp.sizes(spots)), {"dims": ()})
-            part = select(imp, elementwise(imp, "lt", [part, 0], "i64"), elementwise(imp, "add", [part, size], "i64"), part, "i64")
+            part = _wrapped_index(imp, part, shape[i])
         if flat is None:
             flat = part
         else:
-            size = imp.graph.add("broadcast_in_dim", (imp.graph.add("index_to_tensor", (imp.index(data.shape[i]),), {"dtype": "i64"}), *imp.sizes(spots)), {"dims": ()})
+            size = imp.graph.add("index_to_tensor", (imp.index(shape[i]),), {"dtype": "i64"})
             flat = elementwise(imp, "add", [elementwise(imp, "mul", [flat, size], "i64"), part], "i64")
+    return flat, lead
+
+
+@onnx_op("GatherND")
+def _gather_nd(imp: OnnxImporter, node: Any, x: Any, indices: Any, batch_dims: int = 0) -> Node:
+    """Slices of ``x`` at the index tuples of ``indices``' last axis, as one index_select on ``x``
+    with its batch and indexed dims flattened."""
+    data, index = imp.tensor(x), imp.tensor(indices)
+    flat, lead = _tuple_offsets(imp, "GatherND", index, data.shape, batch_dims)
+    spots = list(index.shape[:-1])
     rows = reshape(imp, data, [product(data.shape[:lead]), *data.shape[lead:]])
     picked = imp.graph.add("index_select", (rows, reshape(imp, flat, [product(spots)])), {"axis": 0})
     return reshape(imp, picked, [*spots, *data.shape[lead:]])
@@ -321,13 +336,6 @@ def _scatter(imp: OnnxImporter, node: Any, data: Node, index: Node, updates: Nod
     return select(imp, elementwise(imp, "gt", [marks, 0], data.dtype), written, data, data.dtype)
 
 
-def _wrapped_index(imp: OnnxImporter, index: Node, size: DimLike) -> Node:
-    """A negative index counted from the end of a dim of ``size``."""
-    index = convert(imp, index, "i64")
-    n = imp.graph.add("index_to_tensor", (imp.index(size),), {"dtype": "i64"})
-    return select(imp, elementwise(imp, "lt", [index, 0], "i64"), elementwise(imp, "add", [index, n], "i64"), index, "i64")
-
-
 @onnx_op("ScatterElements", "Scatter")
 def _scatter_elements(imp: OnnxImporter, node: Any, x: Any, indices: Any, updates: Any, axis: int = 0, reduction: str = "none") -> Node:
     data = imp.tensor(x)
@@ -340,20 +348,9 @@ def _scatter_nd(imp: OnnxImporter, node: Any, x: Any, indices: Any, updates: Any
     """Slices of ``data`` at the index tuples of ``indices``' last axis replaced (or added to): one
     scatter along the flattened indexed dims."""
     data, index, upd = imp.tensor(x), imp.tensor(indices), imp.tensor(updates)
-    depth = known_dim(index.shape[-1])
-    if depth is None or depth > data.tensor_type.rank:
-        raise LoweringError(f"ScatterND: the index tuples' length ({index.shape[-1]}) must be known and at most the data's rank {data.tensor_type.rank}")
+    flat, depth = _tuple_offsets(imp, "ScatterND", index, data.shape, 0)
     spots = list(index.shape[:-1])
     rest = list(data.shape[depth:])
-    flat = None
-    for i in range(depth):
-        part = reshape(imp, imp.graph.add("slice", (index, imp.index(i), imp.index(i + 1)), {"axis": index.tensor_type.rank - 1, "step": 1}), spots)
-        part = _wrapped_index(imp, part, data.shape[i])
-        if flat is None:
-            flat = part
-        else:
-            size = imp.graph.add("index_to_tensor", (imp.index(data.shape[i]),), {"dtype": "i64"})
-            flat = elementwise(imp, "add", [elementwise(imp, "mul", [flat, size], "i64"), part], "i64")
     count = product(spots)
     rows = reshape(imp, data, [product(data.shape[:depth]), *rest])
     values = reshape(imp, upd, [count, *rest])

@@ -6,7 +6,7 @@ from typing import Any
 
 from disc.frontends.onnx.importer import ELEM_TYPES, OnnxImporter
 from disc.frontends.onnx.ops import OPS, onnx_op
-from disc.frontends.onnx.ops.common import known_dim, matmul
+from disc.frontends.onnx.ops.common import matmul
 from disc.ir.builder import (
     LoweringError,
     broadcast_to,
@@ -94,9 +94,7 @@ def _centred(imp: OnnxImporter, v: Any, zero: Any, axis_of_zero: int) -> Node:
     t = convert(imp, imp.tensor(v), "f64")
     if zero is None:
         return t
-    z = imp.tensor(zero)
-    z = convert(imp, broadcast_to(imp, reshape(imp, z, []), t.shape) if z.tensor_type.rank == 0 or known_dim(z.shape[0]) == 1 else imp.graph.add("broadcast_in_dim", (z, *imp.sizes(t.shape)), {"dims": (t.tensor_type.rank + axis_of_zero,)}), "f64")
-    return elementwise(imp, "sub", [t, z], "f64")
+    return elementwise(imp, "sub", [t, convert(imp, _per_axis(imp, imp.tensor(zero), t, axis_of_zero, 0), "f64")], "f64")
 
 
 @onnx_op("MatMulInteger")
@@ -117,13 +115,7 @@ def _qlinear_matmul(imp: OnnxImporter, node: Any, a: Any, a_scale: Any, a_zero: 
 
 def _centred_conv(imp: OnnxImporter, node: Any, x: Any, x_zero: Any, w: Any, w_zero: Any, attrs: dict) -> Node:
     """The convolution of (x - x_zero) by (w - w_zero, one per output channel), in float64 (exact)."""
-    cx = _centred(imp, x, x_zero, 0)
-    wt = convert(imp, imp.tensor(w), "f64")
-    if w_zero is not None:
-        z = imp.tensor(w_zero)
-        spread = broadcast_to(imp, reshape(imp, z, []), wt.shape) if z.tensor_type.rank == 0 or known_dim(z.shape[0]) == 1 else imp.graph.add("broadcast_in_dim", (z, *imp.sizes(wt.shape)), {"dims": (0,)})
-        wt = elementwise(imp, "sub", [wt, convert(imp, spread, "f64")], "f64")
-    return OPS["Conv"](imp, node, cx, wt, None, **attrs)
+    return OPS["Conv"](imp, node, _centred(imp, x, x_zero, 0), _centred(imp, w, w_zero, 0), None, **attrs)
 
 
 @onnx_op("ConvInteger")
@@ -137,8 +129,7 @@ def _qlinear_conv(imp: OnnxImporter, node: Any, x: Any, x_scale: Any, x_zero: An
     acc = _centred_conv(imp, node, x, x_zero, w, w_zero, attrs)
     if b is not None:
         acc = elementwise(imp, "add", [acc, imp.graph.add("broadcast_in_dim", (convert(imp, imp.tensor(b), "f64"), *imp.sizes(acc.shape)), {"dims": (1,)})], "f64")
-    ws = convert(imp, imp.tensor(w_scale), "f64")
-    ws = broadcast_to(imp, reshape(imp, ws, []), acc.shape) if ws.tensor_type.rank == 0 or known_dim(ws.shape[0]) == 1 else imp.graph.add("broadcast_in_dim", (ws, *imp.sizes(acc.shape)), {"dims": (1,)})
+    ws = _per_axis(imp, convert(imp, imp.tensor(w_scale), "f64"), acc, 1, 0)
     ratio = elementwise(imp, "div", [elementwise(imp, "mul", [ws, convert(imp, imp.tensor(x_scale), "f64")], "f64"), convert(imp, imp.tensor(y_scale), "f64")], "f64")
     out = imp.tensor(y_zero).dtype if y_zero is not None else imp.tensor(x).dtype
     return _quantize(imp, elementwise(imp, "mul", [acc, ratio], "f64"), imp.tensor(y_zero) if y_zero is not None else None, out)

@@ -19,6 +19,7 @@ from disc.ir.builder import (
     elementwise,
     flip,
     mean,
+    positions,
     reduce,
     reshape,
     scalar,
@@ -90,8 +91,7 @@ def _hardmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
     x = imp.tensor(x)
     a = normalize_axis(axis, x.tensor_type.rank, "Hardmax")
     first = imp.graph.add("argreduce", (x,), {"axis": a, "kind": "argmax", "keepdim": True, "last": False})
-    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(x.shape[a]),), {"dtype": "i64"}), *imp.sizes(x.shape)), {"dims": (a,)})
-    hit = imp.graph.add("eq", (positions, broadcast_to(imp, first, x.shape)))
+    hit = imp.graph.add("eq", (positions(imp, x.shape, a), broadcast_to(imp, first, x.shape)))
     return convert(imp, hit, x.dtype)
 
 
@@ -124,7 +124,7 @@ def _top_k(imp: OnnxImporter, node: Any, x: Any, k: Any, axis: int = -1, largest
     if count == 0:
         raise LoweringError("TopK with k=0")
     floats = x.dtype in FLOAT_DTYPES
-    positions = imp.graph.add("broadcast_in_dim", (imp.graph.add("iota", (imp.index(x.shape[a]),), {"dtype": "i64"}), *imp.sizes(x.shape)), {"dims": (a,)})
+    along = positions(imp, x.shape, a)
     taken = broadcast_to(imp, scalar(imp, False, "i1"), x.shape)
     values, indices = [], []
     worst = (-np.inf if largest else np.inf) if floats else (np.iinfo(numpy_dtype(x.dtype)).min if largest else np.iinfo(numpy_dtype(x.dtype)).max)
@@ -139,7 +139,7 @@ def _top_k(imp: OnnxImporter, node: Any, x: Any, k: Any, axis: int = -1, largest
         first = imp.graph.add("argreduce", (convert(imp, hit, "i32"),), {"axis": a, "kind": "argmax", "keepdim": True, "last": False})
         indices.append(first)
         values.append(imp.graph.add("gather", (x, first), {"axis": a}))
-        taken = elementwise(imp, "logical_or", [taken, elementwise(imp, "eq", [positions, broadcast_to(imp, first, x.shape)], "i64")], "i1")
+        taken = elementwise(imp, "logical_or", [taken, elementwise(imp, "eq", [along, broadcast_to(imp, first, x.shape)], "i64")], "i1")
     join = (lambda vs: vs[0]) if count == 1 else (lambda vs: imp.graph.add("concat", vs, {"axis": a}))
     return [join(values), join(indices)]
 
