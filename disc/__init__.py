@@ -10,13 +10,14 @@ with numpy alone; the PyTorch API then says what it needs.
 import importlib
 import sys
 
-from disc.errors import CompileError, DiscError, InputError, ShapeError
+from disc.errors import CaptureError, CompileError, DiscError, InputError, ShapeError
 
 __version__ = "0.1.0"
 
 # The PyTorch API, by the module that defines each name.
 _TORCH_API = {
     "CompiledModule": "disc.compiled",
+    "PerBranchModule": "disc.compiled",
     "CompileReport": "disc.report",
     "clear_reports": "disc.report",
     "compile": "disc.api",
@@ -27,7 +28,7 @@ _TORCH_API = {
     "save": "disc.api",
 }
 
-__all__ = ["CompileError", "DiscError", "InputError", "ShapeError", "release_memory", *_TORCH_API]
+__all__ = ["CaptureError", "CompileError", "DiscError", "InputError", "ShapeError", "release_memory", *_TORCH_API]
 
 
 def __getattr__(name: str) -> object:

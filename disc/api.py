@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from disc.compiled import CompiledModule
+from disc.compiled import CompiledModule, PerBranchModule
 from disc.driver import compile_graph, example_device
-from disc.errors import CompileError
+from disc.errors import CaptureError, CompileError
 from disc.report import CompileReport, clear_reports, record_report, reports
 from disc.shape.user import UserConstraints, apply_user_facts, parse_user_constraints
 
@@ -37,7 +37,7 @@ def compile(
     constraints: Constraints | None = None,
     backend: str | None = None,
     cache: bool | None = None,
-) -> CompiledModule:
+) -> CompiledModule | PerBranchModule:
     """Compile ``model`` once for every shape.
 
     ``dynamic`` names the dynamic dims per input: ``{"ids": {0: "batch", 1: "seq"}}``;
@@ -52,6 +52,11 @@ def compile(
     (default on; ``DISC_PROGRAM_CACHE=0`` turns it off). A model compiled before on this
     machine, with the same code, weights, inputs and options, is loaded without torch.export
     (see ``disc/runtime/program_cache.py`` for what the key covers).
+
+    A model whose code branches on a dynamic size (or calls ``int()`` on one) has no single
+    program: torch.export refuses it, and ``compile`` returns a ``PerBranchModule`` that
+    compiles one graph per branch through ``torch.compile(backend="disc")`` (with a warning;
+    ``disc.explain`` says why). Given ``constraints`` or a ``backend``, it raises instead.
     """
     from disc.frontends.torch.export import capture
     from disc.runtime import program_cache
@@ -82,7 +87,12 @@ def compile(
             hit.report.compile_seconds = time.perf_counter() - start
             _watch_weights(hit, model, dict(dynamic=dynamic, constraints=constraints, backend=backend, cache=cache))
             return hit
-    captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
+    try:
+        captured = capture(model, tuple(example_inputs), dict(dynamic or {}), ranges)
+    except CaptureError as e:
+        if backend not in (None, "auto") or facts or ranges:
+            raise  # the per-branch graphs could not honour the backend or constraints asked for
+        return _per_branch(model, tuple(example_inputs), dict(dynamic or {}), e)
     graph = captured.importer.graph
     apply_user_facts(graph.constraints, facts, ranges)
     program = compile_graph(graph, captured.importer.fallbacks, backend=backend, device=example_device(example_inputs))
@@ -105,6 +115,16 @@ def compile(
     record_report(report)
     _watch_weights(compiled, model, dict(dynamic=dynamic, constraints=constraints, backend=backend, cache=cache))
     return compiled
+
+
+def _per_branch(model: torch.nn.Module, args: tuple, dynamic: Mapping[str, Mapping[int, str]], error: CaptureError) -> PerBranchModule:
+    """Never a crash where torch.export refuses a model whose code branches on its sizes: compile
+    a graph per branch through dynamo, which guards on the branch, and say so."""
+    from disc.frontends.torch.export import input_names_of
+
+    why = str(error)
+    logger.warning("disc.compile: %s; compiling one graph per branch of its code through torch.compile instead (disc.explain says more)", why.splitlines()[0])
+    return PerBranchModule(model, list(args), input_names_of(model, args), dynamic, why)
 
 
 def load(
@@ -153,6 +173,8 @@ def save(compiled: CompiledModule, folder: str | os.PathLike) -> Path:
     """Write ``compiled`` to ``folder`` (replacing a saved program there); ``load`` runs it again."""
     from disc.runtime.artifact import save as write
 
+    if isinstance(compiled, PerBranchModule):
+        return compiled.save(folder)  # says why it cannot
     return write(compiled, folder)
 
 
@@ -222,6 +244,8 @@ def explain(obj: Any = None) -> str:
     """A readable account: IR with symbolic dims, constraints, fallbacks, compilations."""
     if isinstance(obj, CompiledModule):
         return obj.report.text()
+    if isinstance(obj, PerBranchModule):
+        return obj.text()
     if isinstance(obj, CompileReport):
         return obj.text()
     rs = reports()

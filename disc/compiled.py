@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +85,70 @@ class CompiledModule:
         self._check_inputs(list(args))
         with torch.no_grad():
             return self.executor.profile(list(args))
+
+
+class PerBranchModule:
+    """What ``disc.compile`` returns for a model ``torch.export`` cannot capture as one program for
+    every shape: its code branches on a size or turns one into a Python ``int`` (MobileNetV2's
+    TensorFlow-style padding tests each side's parity). It is ``torch.compile(model,
+    backend="disc", dynamic=True)``: dynamo traces one graph per branch the code takes, disc
+    compiles each for every shape of that branch. Inference, like ``CompiledModule``; it has no
+    single program to save.
+    """
+
+    def __init__(self, model: torch.nn.Module, example: list[torch.Tensor], input_names: list[str], dynamic: Mapping[str, Mapping[int, str]], why: str) -> None:
+        from disc.frontends.torch.dynamo import disc_backend
+
+        self.name = type(model).__name__
+        self.why = why
+        self.input_names = input_names
+        self.graph_reports: list[CompileReport] = []
+        self.calls = 0
+        # What the example fixes: dtype, rank, and every dim the caller did not name dynamic.
+        self._expected = [(t.dtype, [None if axis in dynamic.get(name, {}) else n for axis, n in enumerate(t.shape)]) for name, t in zip(input_names, example)]
+
+        def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+            from disc.report import reports
+
+            before = len(reports())
+            compiled = disc_backend(gm, example_inputs)
+            self.graph_reports += reports()[before:]
+            return compiled
+
+        self._compiled = torch.compile(model, backend=backend, dynamic=True)
+
+    @property
+    def num_compilations(self) -> int:
+        """Graphs compiled so far: one per branch of the model's code the calls have taken."""
+        return len(self.graph_reports)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.input_names):
+            raise InputError(f"{self.name} takes {len(self.input_names)} input(s) {self.input_names}, got {len(args)}")
+        for name, t, (dtype, dims) in zip(self.input_names, args, self._expected):
+            if not isinstance(t, torch.Tensor):
+                raise InputError(f"input {name!r} is a {type(t).__name__}; disc.compile takes tensor inputs")
+            if t.dtype != dtype or t.dim() != len(dims):
+                raise InputError(f"input {name!r} is {t.dtype} of rank {t.dim()}; this program was compiled for {dtype} of rank {len(dims)}")
+            for axis, (size, fixed) in enumerate(zip(t.shape, dims)):
+                if fixed is not None and size != fixed:
+                    raise InputError(f"input {name!r} dim {axis} is {size}; it is static ({fixed}): name it in dynamic= to vary it")
+        self.calls += 1
+        with torch.no_grad():
+            return self._compiled(*args)
+
+    def text(self) -> str:
+        head = [
+            f"== disc: {self.name} (via disc.compile, one graph per branch) ==",
+            f"torch.export could not capture one program for every shape: {self.why.splitlines()[0]}",
+            f"compiled through torch.compile(backend='disc', dynamic=True): {self.num_compilations} graph(s) so far, {self.calls} call(s)",
+        ]
+        return "\n\n".join(["\n".join(head)] + [r.text() for r in self.graph_reports])
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        from disc.runtime.program_files import ArtifactError
+
+        raise ArtifactError(
+            f"{self.name} has no single program to save: torch.export could not capture it for every shape "
+            f"({self.why.splitlines()[0]}); fix the dims its code branches on, or save a model without such branches"
+        )

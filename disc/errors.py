@@ -19,5 +19,10 @@ class CompileError(DiscError):
     """The model could not be captured or compiled."""
 
 
+class CaptureError(CompileError):
+    """The framework's tracer (``torch.export``) could not capture the model as one program for
+    every shape, e.g. because the model's code branches on a size."""
+
+
 class RuntimeFailure(DiscError, RuntimeError):
     """A runtime library routine (the RAL) or a compiled program reported failure at run time."""

@@ -65,3 +65,37 @@ def test_constraints_the_example_meets_still_compile():
     assert cm(torch.randn(3, 12)).shape == (3, 12)
     cm = disc.compile(_Pair(), (torch.randn(2, 8),), dynamic={"x": {0: "b", 1: "seq"}}, constraints=["seq == 4*b"])
     assert cm(torch.randn(3, 12)).shape == (3, 12)
+
+
+class _BranchesOnParity(torch.nn.Module):
+    """TensorFlow-style padding as MobileNetV2 writes it: ``int()`` of a size, then a branch on
+    its parity. torch.export gives no one program for every width."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        width = int(x.shape[-1])
+        pad = 1 if width % 2 else 2
+        return torch.nn.functional.pad(x, (0, pad)).cumsum(-1) * 0.5
+
+
+def test_a_model_branching_on_a_size_compiles_a_graph_per_branch_and_says_why(caplog):
+    model = _BranchesOnParity()
+    with caplog.at_level("WARNING", logger="disc"):
+        cm = disc.compile(model, (torch.randn(2, 1),), dynamic={"x": {1: "width"}})
+    assert isinstance(cm, disc.PerBranchModule)
+    assert "one graph per branch" in caplog.text and "torch.export could not capture _BranchesOnParity" in caplog.text
+    # A stream that starts at width 1, then odd and even widths: dynamo's size-1 graph, then one per parity.
+    for width in (1, 4, 7, 1, 10, 3):
+        x = torch.randn(2, width)
+        torch.testing.assert_close(cm(x), model(x))
+    assert cm.num_compilations == 3 and cm.calls == 6
+    text = disc.explain(cm)
+    assert "via disc.compile, one graph per branch" in text and "Constraints violated" in text and text.count("== disc:") == 4
+    with pytest.raises(disc.InputError, match=r"input 'x' dim 0 is 3; it is static \(2\)"):
+        cm(torch.randn(3, 5))
+    with pytest.raises(disc.ArtifactError, match="_BranchesOnParity has no single program to save"):
+        disc.save(cm, "/nonexistent/never-written")
+
+
+def test_a_model_branching_on_a_size_is_refused_when_constraints_are_asked_for():
+    with pytest.raises(disc.CaptureError, match="torch.export could not capture _BranchesOnParity"):
+        disc.compile(_BranchesOnParity(), (torch.randn(2, 5),), dynamic={"x": {1: "width"}}, constraints={"width": {"max": 64}})

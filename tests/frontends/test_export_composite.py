@@ -136,6 +136,27 @@ def test_position_ops_lower_without_decomposition():
     _check(PositionOps(), make, {"x": {0: "b", 1: "s"}, "ids": {0: "b", 1: "s"}}, [(2, 6), (1, 1), (3, 7), (1, 13)])
 
 
+class ShiftedWindows(nn.Module):
+    """Swin's moves: pad each side up to a multiple of the window, roll by half a window both
+    ways (shifts larger than small dims wrap), crop back."""
+
+    def forward(self, x):
+        h, w = x.shape[1], x.shape[2]
+        padded = nn.functional.pad(x, (0, 0, 0, (4 - w % 4) % 4, 0, (4 - h % 4) % 4), value=0.5)
+        shifted = torch.roll(padded, shifts=(-2, 3), dims=(1, 2))
+        back = torch.roll(shifted * 2.0, shifts=(2, -3), dims=(1, 2))
+        return back[:, :h, :w, :] + torch.roll(x, 5, 2)
+
+
+def test_pad_and_roll_lower_without_decomposition():
+    torch.manual_seed(0)
+
+    def make(h, w):
+        return (torch.randn(2, h, w, 3),)
+
+    _check(ShiftedWindows(), make, {"x": {1: "h", 2: "w"}}, [(1, 1), (5, 7), (4, 8), (2, 3), (9, 1)])
+
+
 class Attention(nn.Module):
     """F.scaled_dot_product_attention over 2 heads; queries from x, keys and values from y."""
 

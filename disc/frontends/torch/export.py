@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.fx.experimental import _config as fx_config
 
-from disc.errors import CompileError
+from disc.errors import CaptureError, CompileError, ShapeError
 from disc.frontends.torch.importer import Importer, InputSpec, import_fx
 
 DynamicSpec = Mapping[str, Mapping[int, str]]
@@ -119,6 +119,7 @@ def capture(
             ep, hints, _ = _export(model, args, names, dynamic, dynamic_shapes, decompose=True)
         _refuse_mutations(ep, name)
         importer = _import(ep, specs, name)
+    _refuse_a_program_that_refuses_its_example(importer, args, hints, name)
     c = importer.graph.constraints
     _apply_inferred_ranges(importer, ep)
     for dim_name, (lo, hi) in ranges.items():
@@ -135,6 +136,30 @@ def _import(ep: Any, specs: list[InputSpec], name: str) -> Importer:
         value = state[target]
         constants[placeholder] = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
     return import_fx(ep.graph_module, specs, constants, name=name)
+
+
+def _refuse_a_program_that_refuses_its_example(importer: Importer, args: Sequence[torch.Tensor], hints: Mapping[str, int], name: str) -> None:
+    """The captured program's shape checks must hold at the example's own sizes.
+
+    torch.export traces at the hint sizes; where the model's code branches on a size
+    (Swin: ``if pad > 0: crop``) it may keep the branch those sizes take without a guard.
+    The program is then right only for sizes that take the same branch, and its checks (a
+    reshape's element count) refuse the rest. Evaluating the checks at the example finds that
+    at compile time, before a user's first call does.
+    """
+    from disc.runtime.reference import build_shape_program
+
+    graph = importer.graph
+    if len(graph.inputs) != len(args):
+        return
+    try:
+        build_shape_program(graph).fn([tuple(int(n) for n in t.shape) for t in args])
+    except ShapeError as e:
+        traced = ", ".join(f"{d}={v}" for d, v in hints.items())
+        raise CaptureError(
+            f"torch.export's program of {name}, traced at {traced}, refuses the example's own sizes: {e}. "
+            "The model's code branches on a size and the trace kept the branch its sizes take"
+        ) from e
 
 
 def _refuse_mutations(ep: Any, name: str) -> None:
@@ -242,7 +267,7 @@ def _export(
                 return (_decompose(ep, oblivious) if decompose else ep), hints, oblivious
             except Exception as e:  # torch raises many types; the user needs the message
                 errors.append(e)
-    raise CompileError(f"torch.export could not capture {type(model).__name__}: {errors[0]}") from errors[0]
+    raise CaptureError(f"torch.export could not capture {type(model).__name__}: {errors[0]}") from errors[0]
 
 
 def _decompose(ep: Any, oblivious: bool) -> Any:
