@@ -97,6 +97,21 @@ def _eager_float32_runs(arch: Arch, start: torch.nn.Module, inputs: tuple[tuple,
     return runs
 
 
+def _inference_error(arch: Arch, model: torch.nn.Module, inputs: tuple[tuple, dict], outs: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    """disc's outputs against eager's. Where they differ by more than 1e-4, against a float64 run
+    instead: 0 if disc is within 1e-4 of it or no farther from it than twice eager is (eval-mode
+    BatchNorm over a channel of small variance amplifies float32 rounding in eager too)."""
+    error = _output_error(outs, want)
+    if error <= RTOL:
+        return error
+    args, kwargs = inputs
+    as64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    with torch.no_grad():
+        truth = arch.output(copy.deepcopy(model).double()(*map(as64, args), **{k: as64(v) for k, v in kwargs.items()}))
+    ours, eager = (_output_error([t.double() for t in ts], truth) for ts in (outs, want))
+    return 0.0 if ours <= max(RTOL, 2 * eager) else ours
+
+
 def _against_float64(
     arch: Arch, start: torch.nn.Module, inputs: tuple[tuple, dict], model: torch.nn.Module, ref: torch.nn.Module, outs: list[torch.Tensor], want: list[torch.Tensor]
 ) -> tuple[float, dict[str, float]]:
@@ -178,7 +193,7 @@ def _plugin(arch: Arch, train: bool) -> dict[str, Any]:
         args, kwargs = arch.inputs(b, n, seed)
         if not train:
             with torch.no_grad():
-                return _output_error(arch.output(compiled(*args, **kwargs)), arch.output(ref(*args, **kwargs)))
+                return _inference_error(arch, ref, (args, kwargs), arch.output(compiled(*args, **kwargs)), arch.output(ref(*args, **kwargs)))
         model.zero_grad(set_to_none=True)
         ref.zero_grad(set_to_none=True)
         before = copy.deepcopy(ref)  # BatchNorm's running statistics change with each step
@@ -255,8 +270,9 @@ def _compile_infer(arch: Arch) -> dict[str, Any]:
 
     def step(b: int, n: int, seed: int) -> float:
         _, tensors, _ = _split(arch, b, n, seed)
+        kwargs = dict(zip(names[1:], tensors[1:])) | literals
         with torch.no_grad():
-            return _output_error(list(compiled(*tensors)), arch.output(model(tensors[0], **dict(zip(names[1:], tensors[1:])), **literals)))
+            return _inference_error(arch, model, ((tensors[0],), kwargs), list(compiled(*tensors)), arch.output(model(tensors[0], **kwargs)))
 
     result = _stream_checks(arch, step, seen)
     result.update(seconds=time.perf_counter() - start, graphs=len(seen.new()), graph_breaks=0, fallbacks=_fallback_ops(seen.new()))
@@ -269,9 +285,9 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 # Not yet measured to the end: swin's training (dynamo still tracing its backward after 45 minutes
-# on a busy 2-core machine) and two disc.compile runs stopped after 15 minutes each. They run with DISC_HF_FULL=1, and their report
-# says what happened, but do not fail the run until measured.
-NOT_MEASURED = {("swin", "plugin-train"), ("swin", "compile-infer"), ("wav2vec2", "compile-infer")}
+# on a busy 2-core machine). It runs with DISC_HF_FULL=1, and its report says what happened, but
+# does not fail the run until measured.
+NOT_MEASURED = {("swin", "plugin-train")}
 
 
 # Size-1 points after the general graph that compile again because dynamo itself guards there
@@ -291,6 +307,9 @@ DYNAMO_RECOMPILES: dict[str, dict[tuple[int, int], str]] = {
 # Swin runs inference on a shorter stream: its code makes dynamo trace again at each new parity
 # of the image side (its window padding branches in Python), about two minutes a trace.
 CI_PLUGIN_MODE = {name: "plugin-train" for name in ARCHS} | {"swin": "plugin-infer"}
+# Swin through disc.compile is torch.export refusing it (3 minutes) and then the plug-in-inference
+# path CI already runs for swin (one graph per branch of its window padding): 15 minutes in all.
+FULL_ONLY = {("swin", "compile-infer")}
 CI_STREAM = {"swin": [(1, 32), (2, 24), (3, 24)]}
 FULL = os.environ.get("DISC_HF_FULL", "") not in ("", "0")
 
@@ -299,7 +318,7 @@ FULL = os.environ.get("DISC_HF_FULL", "") not in ("", "0")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(ARCHS))
 def test_model_matches_eager(name: str, mode: str, request: pytest.FixtureRequest) -> None:
-    if not FULL and ((name, mode) in NOT_MEASURED or mode not in ("compile-infer", CI_PLUGIN_MODE[name])):
+    if not FULL and ((name, mode) in NOT_MEASURED | FULL_ONLY or mode not in ("compile-infer", CI_PLUGIN_MODE[name])):
         pytest.skip(f"full suite only (DISC_HF_FULL=1); CI runs {name} as compile-infer and {CI_PLUGIN_MODE[name]}")
     if (name, mode) in KNOWN_FAILURES:
         request.applymarker(pytest.mark.xfail(reason=KNOWN_FAILURES[name, mode], strict=True))
