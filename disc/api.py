@@ -123,7 +123,9 @@ def _per_branch(model: torch.nn.Module, args: tuple, dynamic: Mapping[str, Mappi
     from disc.frontends.torch.export import input_names_of
 
     why = str(error)
-    logger.warning("disc.compile: %s; compiling one graph per branch of its code through torch.compile instead (disc.explain says more)", why.splitlines()[0])
+    first = why.splitlines()[0]
+    short = first if len(first) <= 400 else first[:400] + " ..."  # a shape check can be a page of polynomial
+    logger.warning("disc.compile: %s; compiling one graph per branch of its code through torch.compile instead (disc.explain says more)", short)
     return PerBranchModule(model, list(args), input_names_of(model, args), dynamic, why)
 
 

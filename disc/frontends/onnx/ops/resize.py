@@ -15,6 +15,7 @@ from disc.ir.builder import (
     LoweringError,
     convert,
     elementwise,
+    reshape,
     scalar,
     select,
 )
@@ -160,13 +161,8 @@ def _resize_axis(imp: OnnxImporter, x: Node, axis: int, n_in: DimLike, n_out: Di
         if mode == "linear":
             offsets, weights = [0, 1], [op("sub", 1.0, r), r]
         else:
-            def cubic(t: Node) -> Node:  # Keys' kernel at distance t (|t| <= 2)
-                near = op("add", op("mul", op("mul", op("sub", op("mul", t, a + 2), a + 3), t), t), 1.0)
-                far = op("sub", op("mul", op("add", op("mul", op("sub", op("mul", t, a), 5 * a), t), 8 * a), t), 4 * a)
-                return select(imp, op("le", t, 1.0), near, far, "f64")
-
             offsets = [-1, 0, 1, 2]
-            weights = [cubic(op("add", r, 1.0)), cubic(r), cubic(op("sub", 1.0, r)), cubic(op("sub", 2.0, r))]
+            weights = [_keys_cubic(imp, op("add", r, 1.0), a), _keys_cubic(imp, r, a), _keys_cubic(imp, op("sub", 1.0, r), a), _keys_cubic(imp, op("sub", 2.0, r), a)]
         indices = [elementwise(imp, "add", [base, k], "i64") for k in offsets]
         if exclude_outside:
             inside = [convert(imp, elementwise(imp, "logical_and", [elementwise(imp, "ge", [i, 0], "i64"), elementwise(imp, "le", [i, last], "i64")], "i1"), "f64") for i in indices]
@@ -184,3 +180,152 @@ def _resize_axis(imp: OnnxImporter, x: Node, axis: int, n_in: DimLike, n_out: Di
         outside = elementwise(imp, "logical_or", [op("lt", pos, 0.0), op("gt", pos, op("sub", size_in, 1.0))], "i1")
         out = select(imp, along(outside, out), extrapolation, out, out.dtype)
     return out
+
+
+_GRID_MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic", "cubic": "cubic"}
+
+
+@onnx_op("GridSample")
+def _grid_sample(imp: OnnxImporter, node: Any, x: Any, grid: Any, mode: str = "linear", padding_mode: str = "zeros", align_corners: int = 0) -> Node:
+    """Samples of ``x`` [N, C, D1..Dk] at the normalised points of ``grid`` [N, O1..Ok, k]
+    (their last index runs over the spatial dims in reverse: x, y, z). Each point's coordinates
+    are denormalised, fixed up where they leave the image (border: clamped; reflection:
+    reflected), and the taps of the mode (nearest 1, linear 2, cubic 4 per dim) gathered from
+    the flattened image; a tap outside reads 0, the border pixel or its reflection."""
+    data, points = imp.tensor(x), imp.tensor(grid)
+    if _GRID_MODES.get(mode) is None or padding_mode not in ("zeros", "border", "reflection"):
+        raise LoweringError(f"GridSample mode {mode!r} / padding_mode {padding_mode!r}")
+    mode = _GRID_MODES[mode]
+    k = data.tensor_type.rank - 2
+    if k < 1 or points.tensor_type.rank != k + 2 or points.shape[-1] != k or data.dtype not in FLOAT_DTYPES:
+        raise LoweringError(f"GridSample of a {data.tensor_type} image at {points.tensor_type} points")
+    n, c, dims = data.shape[0], data.shape[1], list(data.shape[2:])
+    out_dims = list(points.shape[1:-1])
+    flat_out = _product(out_dims)
+
+    def op(name: str, *xs: Any, dtype: str = "f64") -> Node:
+        return elementwise(imp, name, list(xs), dtype)
+
+    def size_f64(d: DimLike) -> Node:
+        return convert(imp, imp.graph.add("index_to_tensor", (imp.index(d),), {"dtype": "i64"}), "f64")
+
+    def reflect(v: Node, lo: Node, hi: Node) -> Node:
+        # Reflect off the nearer border until inside: an even number of bounces lands at the near
+        # border plus the remainder, an odd one at the far border minus it.
+        span = op("sub", hi, lo)
+        below = op("lt", v, lo, dtype="f64")
+        dist = select(imp, below, op("sub", lo, v), op("sub", v, hi), "f64")
+        bounces = imp.graph.add("floor", (op("div", dist, span),))
+        rest = op("sub", dist, op("mul", bounces, span))
+        odd = op("eq", op("sub", bounces, op("mul", imp.graph.add("floor", (op("div", bounces, 2.0),)), 2.0)), 1.0)
+        near, far = select(imp, below, lo, hi, "f64"), select(imp, below, hi, lo, "f64")
+        toward_near = select(imp, below, 1.0, -1.0, "f64")
+        inside = op("add", select(imp, odd, far, near, "f64"), op("mul", select(imp, odd, op("neg", toward_near), toward_near, "f64"), rest))
+        inside = select(imp, op("eq", span, 0.0), lo, inside, "f64")  # a one-pixel image with aligned corners
+        return select(imp, outside(v, lo, hi), inside, v, "f64")
+
+    def outside(v: Node, lo: Node, hi: Node) -> Node:
+        return op("logical_or", op("lt", v, lo), op("gt", v, hi), dtype="f64")
+
+    # Per spatial dim: the coordinate of every output point ([N, O]) and its valid range.
+    coords, borders = [], []
+    for axis, d in enumerate(dims):
+        column = imp.graph.add("slice", (points, imp.index(k - 1 - axis), imp.index(k - axis)), {"axis": k + 1, "step": 1})
+        g = convert(imp, reshape(imp, column, [n, flat_out]), "f64")
+        size = size_f64(d)
+        if align_corners:
+            v = op("mul", op("div", op("add", g, 1.0), 2.0), op("sub", size, 1.0))
+            lo, hi = scalar(imp, 0.0, "f64"), op("sub", size, 1.0)
+        else:
+            v = op("div", op("sub", op("mul", op("add", g, 1.0), size), 1.0), 2.0)
+            lo, hi = scalar(imp, -0.5, "f64"), op("sub", size, 0.5)
+        if mode == "nearest":
+            v = imp.graph.add("round", (v,))
+        if padding_mode == "border":  # only a point outside moves: with unaligned corners one in [-0.5, 0) stays
+            v = select(imp, outside(v, lo, hi), op("minimum", op("maximum", v, 0.0), op("sub", size, 1.0)), v, "f64")
+        elif padding_mode == "reflection":
+            v = reflect(v, lo, hi)
+        coords.append(v)
+        borders.append((lo, hi, size))
+
+    def tap_index(i: Node, axis: int) -> tuple[Node, Node | None]:
+        """The pixel index a tap reads along ``axis`` (f64 in, i64 out) and, for zero padding,
+        whether it is inside."""
+        lo, hi, size = borders[axis]
+        last = op("sub", size, 1.0)
+        if padding_mode == "zeros":
+            inside = op("logical_and", op("ge", i, 0.0), op("le", i, last), dtype="f64")
+            return convert(imp, op("minimum", op("maximum", i, 0.0), last), "i64"), inside
+        if padding_mode == "reflection":
+            i = op("maximum", imp.graph.add("floor", (reflect(i, lo, hi),)), 0.0)  # int() of a value >= -0.5
+        return convert(imp, op("minimum", op("maximum", i, 0.0), last), "i64"), None
+
+    if mode == "nearest":  # one tap, the coordinate truncated as C's int() does
+        taps = [[(_trunc(imp, v), None)] for v in coords]
+    else:
+        taps = []
+        for v in coords:
+            floor = imp.graph.add("floor", (v,))
+            t = op("sub", v, floor)
+            if mode == "linear":
+                offsets, weights = [0.0, 1.0], [op("sub", 1.0, t), t]
+            else:
+                offsets, weights = [-1.0, 0.0, 1.0, 2.0], [_keys_cubic(imp, op("add", t, 1.0)), _keys_cubic(imp, t), _keys_cubic(imp, op("sub", 1.0, t)), _keys_cubic(imp, op("sub", 2.0, t))]
+            taps.append([(op("add", floor, o), w) for o, w in zip(offsets, weights)])
+
+    image = reshape(imp, data, [n, c, _product(dims)])
+    total: Node | None = None
+    for combo in _combinations(taps):
+        flat: Node | None = None
+        weight: Node | None = None
+        valid: Node | None = None
+        for axis, (i, w) in enumerate(combo):
+            index, inside = tap_index(i, axis)
+            stride = _product(dims[axis + 1 :])
+            term = elementwise(imp, "mul", [index, imp.graph.add("index_to_tensor", (imp.index(stride),), {"dtype": "i64"})], "i64")
+            flat = term if flat is None else elementwise(imp, "add", [flat, term], "i64")
+            weight = w if weight is None else (weight if w is None else op("mul", weight, w))
+            valid = inside if valid is None else (valid if inside is None else op("logical_and", valid, inside, dtype="f64"))
+        assert flat is not None
+        index3 = imp.graph.add("broadcast_in_dim", (flat, *imp.sizes([n, c, flat_out])), {"dims": (0, 2)})
+        pixels = imp.graph.add("gather", (image, index3), {"axis": 2})
+        factor = weight
+        if valid is not None:
+            mask = convert(imp, valid, "f64")
+            factor = mask if factor is None else op("mul", factor, mask)
+        if factor is not None:
+            pixels = elementwise(imp, "mul", [pixels, imp.graph.add("broadcast_in_dim", (convert(imp, factor, data.dtype), *imp.sizes([n, c, flat_out])), {"dims": (0, 2)})], data.dtype)
+        total = pixels if total is None else elementwise(imp, "add", [total, pixels], data.dtype)
+    assert total is not None
+    return reshape(imp, total, [n, c, *out_dims])
+
+
+def _trunc(imp: OnnxImporter, v: Node) -> Node:
+    """Toward zero, as C's int() of a float."""
+    floor, ceil = imp.graph.add("floor", (v,)), imp.graph.add("ceil", (v,))
+    return select(imp, elementwise(imp, "lt", [v, 0.0], "f64"), ceil, floor, "f64")
+
+
+def _keys_cubic(imp: OnnxImporter, t: Node, a: float = -0.75) -> Node:
+    """Keys' cubic convolution kernel at distance ``t`` (0 <= t <= 2)."""
+
+    def op(name: str, *xs: Any) -> Node:
+        return elementwise(imp, name, list(xs), "f64")
+
+    near = op("add", op("mul", op("mul", op("sub", op("mul", t, a + 2), a + 3), t), t), 1.0)
+    far = op("sub", op("mul", op("add", op("mul", op("sub", op("mul", t, a), 5 * a), t), 8 * a), t), 4 * a)
+    return select(imp, op("le", t, 1.0), near, far, "f64")
+
+
+def _combinations(taps: list[list[Any]]) -> list[list[Any]]:
+    out: list[list[Any]] = [[]]
+    for choices in taps:
+        out = [[*prefix, choice] for prefix in out for choice in choices]
+    return out
+
+
+def _product(dims: list[DimLike]) -> DimLike:
+    total = as_expr(1)
+    for d in dims:
+        total = total * as_expr(d)
+    return total
