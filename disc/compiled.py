@@ -54,12 +54,7 @@ class CompiledModule:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors = list(args)
         if kwargs or len(tensors) < len(self.input_names):
-            for name in self.input_names[len(args) :]:
-                if name not in kwargs:
-                    raise InputError(f"missing input {name!r}; inputs are {self.input_names}")
-                tensors.append(kwargs.pop(name))
-            if kwargs:
-                raise InputError(f"unexpected input(s) {sorted(kwargs)}; inputs are {self.input_names}")
+            tensors = _in_order(self.input_names, args, kwargs)
         self._check_inputs(tensors)
         if self._weights is not None and self._weights.changed() and self._compile_again is not None:
             again = self._compile_again
@@ -85,6 +80,18 @@ class CompiledModule:
         self._check_inputs(list(args))
         with torch.no_grad():
             return self.executor.profile(list(args))
+
+
+def _in_order(input_names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The inputs, positional then by name, in the program's order."""
+    tensors, named = list(args), dict(kwargs)
+    for name in input_names[len(args) :]:
+        if name not in named:
+            raise InputError(f"missing input {name!r}; inputs are {input_names}")
+        tensors.append(named.pop(name))
+    if named:
+        raise InputError(f"unexpected input(s) {sorted(named)}; inputs are {input_names}")
+    return tensors
 
 
 class PerBranchModule:
@@ -122,7 +129,8 @@ class PerBranchModule:
         """Graphs compiled so far: one per branch of the model's code the calls have taken."""
         return len(self.graph_reports)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(_in_order(self.input_names, args, kwargs))
         if len(args) != len(self.input_names):
             raise InputError(f"{self.name} takes {len(self.input_names)} input(s) {self.input_names}, got {len(args)}")
         for name, t, (dtype, dims) in zip(self.input_names, args, self._expected):
