@@ -12,6 +12,7 @@ from torch.utils import _pytree as pytree
 
 from disc.driver import executor_device
 from disc.errors import InputError
+from disc.frontends.arrays import bind_inputs
 from disc.ir.graph import Graph
 from disc.report import CompileReport
 from disc.runtime.checks import InputChecker
@@ -54,7 +55,7 @@ class CompiledModule:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors = list(args)
         if kwargs or len(tensors) < len(self.input_names):
-            tensors = _in_order(self.input_names, args, kwargs)
+            tensors = bind_inputs(self.input_names, args, kwargs)
         self._check_inputs(tensors)
         if self._weights is not None and self._weights.changed() and self._compile_again is not None:
             again = self._compile_again
@@ -80,18 +81,6 @@ class CompiledModule:
         self._check_inputs(list(args))
         with torch.no_grad():
             return self.executor.profile(list(args))
-
-
-def _in_order(input_names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    """The inputs, positional then by name, in the program's order."""
-    tensors, named = list(args), dict(kwargs)
-    for name in input_names[len(args) :]:
-        if name not in named:
-            raise InputError(f"missing input {name!r}; inputs are {input_names}")
-        tensors.append(named.pop(name))
-    if named:
-        raise InputError(f"unexpected input(s) {sorted(named)}; inputs are {input_names}")
-    return tensors
 
 
 class PerBranchModule:
@@ -130,9 +119,7 @@ class PerBranchModule:
         return len(self.graph_reports)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(_in_order(self.input_names, args, kwargs))
-        if len(args) != len(self.input_names):
-            raise InputError(f"{self.name} takes {len(self.input_names)} input(s) {self.input_names}, got {len(args)}")
+        args = tuple(bind_inputs(self.input_names, args, kwargs))
         for name, t, (dtype, dims) in zip(self.input_names, args, self._expected):
             if not isinstance(t, torch.Tensor):
                 raise InputError(f"input {name!r} is a {type(t).__name__}; disc.compile takes tensor inputs")

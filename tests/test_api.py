@@ -92,7 +92,7 @@ def test_a_model_branching_on_a_size_compiles_a_graph_per_branch_and_says_why(ca
     assert "via disc.compile, one graph per branch" in text and "Constraints violated" in text and text.count("== disc:") == 4
     x = torch.randn(2, 5)
     torch.testing.assert_close(cm(x=x), model(x))  # by name, as a CompiledModule takes it
-    with pytest.raises(disc.InputError, match=r"missing input 'x'; inputs are \['x'\]"):
+    with pytest.raises(disc.InputError, match=r"missing input 'x'; the inputs are \['x'\]"):
         cm(y=x)
     with pytest.raises(disc.InputError, match=r"input 'x' dim 0 is 3; it is static \(2\)"):
         cm(torch.randn(3, 5))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from disc.ir.builder import (
 from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
 from disc.ir.types import FLOAT_DTYPES
-from disc.shape.expr import DimLike, as_expr
+from disc.shape.expr import DimLike, as_expr, product
 
 _RESIZE_MODES = {"nearest", "linear", "cubic"}
 _COORDINATE_MODES = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"}
@@ -201,7 +202,7 @@ def _grid_sample(imp: OnnxImporter, node: Any, x: Any, grid: Any, mode: str = "l
         raise LoweringError(f"GridSample of a {data.tensor_type} image at {points.tensor_type} points")
     n, c, dims = data.shape[0], data.shape[1], list(data.shape[2:])
     out_dims = list(points.shape[1:-1])
-    flat_out = _product(out_dims)
+    flat_out = product(out_dims)
 
     def op(name: str, *xs: Any, dtype: str = "f64") -> Node:
         return elementwise(imp, name, list(xs), dtype)
@@ -273,15 +274,15 @@ def _grid_sample(imp: OnnxImporter, node: Any, x: Any, grid: Any, mode: str = "l
                 offsets, weights = [-1.0, 0.0, 1.0, 2.0], [_keys_cubic(imp, op("add", t, 1.0)), _keys_cubic(imp, t), _keys_cubic(imp, op("sub", 1.0, t)), _keys_cubic(imp, op("sub", 2.0, t))]
             taps.append([(op("add", floor, o), w) for o, w in zip(offsets, weights)])
 
-    image = reshape(imp, data, [n, c, _product(dims)])
+    image = reshape(imp, data, [n, c, product(dims)])
     total: Node | None = None
-    for combo in _combinations(taps):
+    for combo in itertools.product(*taps):
         flat: Node | None = None
         weight: Node | None = None
         valid: Node | None = None
         for axis, (i, w) in enumerate(combo):
             index, inside = tap_index(i, axis)
-            stride = _product(dims[axis + 1 :])
+            stride = product(dims[axis + 1 :])
             term = elementwise(imp, "mul", [index, imp.graph.add("index_to_tensor", (imp.index(stride),), {"dtype": "i64"})], "i64")
             flat = term if flat is None else elementwise(imp, "add", [flat, term], "i64")
             weight = w if weight is None else (weight if w is None else op("mul", weight, w))
@@ -315,17 +316,3 @@ def _keys_cubic(imp: OnnxImporter, t: Node, a: float = -0.75) -> Node:
     near = op("add", op("mul", op("mul", op("sub", op("mul", t, a + 2), a + 3), t), t), 1.0)
     far = op("sub", op("mul", op("add", op("mul", op("sub", op("mul", t, a), 5 * a), t), 8 * a), t), 4 * a)
     return select(imp, op("le", t, 1.0), near, far, "f64")
-
-
-def _combinations(taps: list[list[Any]]) -> list[list[Any]]:
-    out: list[list[Any]] = [[]]
-    for choices in taps:
-        out = [[*prefix, choice] for prefix in out for choice in choices]
-    return out
-
-
-def _product(dims: list[DimLike]) -> DimLike:
-    total = as_expr(1)
-    for d in dims:
-        total = total * as_expr(d)
-    return total
