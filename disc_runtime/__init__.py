@@ -33,9 +33,9 @@ __all__ = ["InputError", "LoadError", "Model", "RunError", "ShapeError", "Tensor
 MAX_RANK = 16
 # disc_runtime.h's status codes and dtypes.
 OK, ERROR_FILE, ERROR_INPUT, ERROR_SHAPE, ERROR_RUN, ERROR_UNSUPPORTED, ERROR_MEMORY = range(7)
-DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1")
+DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1", "u16", "u32", "u64")
 NUMPY = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32, "f64": np.float64, "i8": np.int8, "u8": np.uint8,
-         "i16": np.int16, "i32": np.int32, "i64": np.int64, "i1": np.bool_}  # fmt: skip
+         "i16": np.int16, "i32": np.int32, "i64": np.int64, "i1": np.bool_, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64}  # fmt: skip
 _CODE_OF_NUMPY = {np.dtype(v): DTYPES.index(k) for k, v in NUMPY.items() if k != "bf16"}
 
 

@@ -39,12 +39,12 @@ _REMAPS = ("reshape", "transpose")
 # the dims it expands (GQA's repeated K/V heads become a batch dim the GEMM reads again).
 _VIEWS = (*_REMAPS, "slice", "broadcast_in_dim")
 _STRIDED_READERS = ("dot_general", "attention")  # library ops that read their operands through strides
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1}
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1, "u16": 2, "u32": 4, "u64": 8}
 # Both backends' kernels load and store 16-bit floats, computing in f32 between. The CPU's RAL
 # runs 16-bit GEMMs (oneDNN's matmul: AMX or AVX512_BF16 where the CPU has them) but f32
 # convolutions only: a 16-bit convolution is refused and runs in PyTorch between compiled
 # segments. torch's GPU GEMMs and convolutions take 16-bit operands.
-KERNEL_DTYPES = frozenset({"f16", "bf16", "f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1"})
+KERNEL_DTYPES = frozenset({"f16", "bf16", "f32", "f64", "i64", "i32", "i16", "i8", "u8", "i1", "u16", "u32", "u64"})
 GPU_LIBRARY_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
 CPU_LIBRARY_DTYPES = {"dot_general": frozenset({"f16", "bf16", "f32"})}  # other library ops: f32
 

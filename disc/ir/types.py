@@ -15,27 +15,34 @@ from disc.shape.expr import DimLike, SymExpr, as_expr, simplify_dim
 
 # The IR's element types, by the short names the printer writes. The IR knows no framework:
 # `numpy_dtype` and `torch_dtype` convert at its edges (frontends, hosts).
-DTYPE_NAMES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1")
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8, "i1": 1}
+DTYPE_NAMES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1", "u16", "u32", "u64")
+ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8, "i1": 1, "u16": 2, "u32": 4, "u64": 8}
 FLOAT_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
-INT_DTYPES = frozenset({"i8", "u8", "i16", "i32", "i64"})
-_NUMPY = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "u8": "uint8", "i16": "int16", "i32": "int32", "i64": "int64", "i1": "bool"}
+UNSIGNED_DTYPES = frozenset({"u8", "u16", "u32", "u64"})
+INT_DTYPES = frozenset({"i8", "i16", "i32", "i64"}) | UNSIGNED_DTYPES
+_NUMPY = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "u8": "uint8", "i16": "int16", "i32": "int32", "i64": "int64",
+          "i1": "bool", "u16": "uint16", "u32": "uint32", "u64": "uint64"}  # fmt: skip
 
 
 def promote(a: str, b: str) -> str:
     """The dtype of a binary op on ``a`` and ``b`` (PyTorch's and numpy's category rules): bool <
-    integers < floats; the wider within a category; i8 with u8 is i16, f16 with bf16 is f32."""
+    integers < floats; the wider within a category; f16 with bf16 is f32. A signed integer with
+    an unsigned one is the narrowest signed type holding both (i8 with u8 is i16); none holds
+    u64 and a signed type, which numpy makes f64 and PyTorch refuses: disc refuses too."""
     if a == b:
         return a
     rank = {"i1": 0, **dict.fromkeys(INT_DTYPES, 1), **dict.fromkeys(FLOAT_DTYPES, 2)}
     if rank[a] != rank[b]:
         return a if rank[a] > rank[b] else b
-    if {a, b} == {"i8", "u8"}:
-        return "i16"
     if {a, b} == {"f16", "bf16"}:
         return "f32"
-    if ITEMSIZE[a] == ITEMSIZE[b]:  # u8/i8 and f16/bf16 handled above; nothing else ties
-        raise TypeError(f"no promotion rule for {a} and {b}")
+    if (a in UNSIGNED_DTYPES) != (b in UNSIGNED_DTYPES):
+        unsigned, signed = (a, b) if a in UNSIGNED_DTYPES else (b, a)
+        if ITEMSIZE[signed] > ITEMSIZE[unsigned]:
+            return signed
+        if unsigned == "u64":
+            raise TypeError(f"no promotion rule for {a} and {b}: no integer type holds both")
+        return {1: "i16", 2: "i32", 4: "i64"}[ITEMSIZE[unsigned]]
     return a if ITEMSIZE[a] > ITEMSIZE[b] else b
 
 
@@ -76,7 +83,8 @@ def _torch_maps() -> tuple[dict, dict]:
         import torch
 
         names = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64, "i8": torch.int8,
-                 "u8": torch.uint8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64, "i1": torch.bool}  # fmt: skip
+                 "u8": torch.uint8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64, "i1": torch.bool,
+                 "u16": torch.uint16, "u32": torch.uint32, "u64": torch.uint64}  # fmt: skip
         _maps = (names, {v: k for k, v in names.items()})
     return _maps
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 MAGIC = "disc-program-interface"
 VERSION = 1
-DTYPE_NAMES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1")  # DISC_F16.. in disc_runtime.h
-DTYPE_SIZES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8, "i1": 1}
+DTYPE_NAMES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1", "u16", "u32", "u64")  # DISC_F16.. in disc_runtime.h
+DTYPE_SIZES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8, "i1": 1, "u16": 2, "u32": 4, "u64": 8}
 OUTPUT_KINDS = ("buffer", "input", "constant", "same")
 # The same kinds as `LoweredProgram.outputs` names them (the lowering's "const" is "constant" here).
 LOWERED_KIND = {"buffer": "buffer", "input": "input", "constant": "const", "same": "same"}

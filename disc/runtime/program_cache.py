@@ -37,12 +37,14 @@ model compiled again; the report says so.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import enum
 import functools
 import hashlib
 import inspect
 import itertools
+import linecache
 import logging
 import os
 import shutil
@@ -246,8 +248,8 @@ def _qualname(obj: Any) -> str:
 
 def _class_files(cls: type) -> Iterator[str]:
     for base in cls.__mro__:
-        if base.__module__.split(".")[0] in ("torch", "builtins"):
-            continue
+        if base.__module__.split(".")[0] == "torch" or getattr(builtins, base.__name__, None) is base:
+            continue  # (a class exec'd without a __name__ also reports the module "builtins")
         f = _source_file(base)
         if f:
             yield f
@@ -262,11 +264,44 @@ def _function_files(fn: Any) -> Iterator[str]:
 
 
 def _source_file(obj: Any) -> str | None:
+    """The file that defines ``obj``'s code, or a stand-in for it (see ``_file_digest``)."""
+    found = [_code_file(c.co_filename, obj) for c in _code_objects(obj)]
+    if found:
+        return found[0] if len(set(found)) == 1 else _SOURCE_TEXT + hashlib.sha256(repr(sorted(set(found))).encode()).hexdigest()
     try:
         f = inspect.getsourcefile(obj)
     except (TypeError, OSError):
-        return None
-    return f if f and os.path.isfile(f) else None
+        f = None
+    if f and os.path.isfile(f):
+        return f
+    module_file = getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__file__", None)
+    if module_file and os.path.isfile(module_file) and not module_file.endswith(".py"):
+        return module_file  # a compiled extension: its binary is its code
+    return None
+
+
+def _code_objects(obj: Any) -> list[types.CodeType]:
+    """The code of a function, or of the functions a class defines (its methods, properties...)."""
+    if isinstance(obj, types.FunctionType):
+        return [obj.__code__]
+    out = []
+    for v in vars(obj).values() if isinstance(obj, type) else ():
+        for f in (getattr(v, "__func__", v), getattr(v, "fget", None), getattr(v, "fset", None)):
+            if isinstance(f, types.FunctionType):
+                out.append(f.__code__)
+    return out
+
+
+def _code_file(filename: str, obj: Any) -> str:
+    """Where code compiled from ``filename`` is keyed: the file, or for code no file holds (python
+    -c, exec, a notebook cell) its text where linecache has it. Code with neither cannot be keyed:
+    two such classes of one name would share a key, and the second would load the first's program."""
+    if os.path.isfile(filename):
+        return filename
+    lines = linecache.getlines(filename)
+    if not lines:
+        raise Uncacheable(f"{_qualname(obj)} has no source file or text to key its code by")
+    return _SOURCE_TEXT + hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 @functools.cache
@@ -292,7 +327,12 @@ def _user_files() -> set[str]:
     return out
 
 
+_SOURCE_TEXT = "source text sha256 "  # a ctx.files entry that is a digest of code text, not a path
+
+
 def _file_digest(path: str) -> str:
+    if path.startswith(_SOURCE_TEXT):
+        return path.removeprefix(_SOURCE_TEXT)
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError as e:

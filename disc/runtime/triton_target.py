@@ -24,7 +24,7 @@ import time
 from types import ModuleType
 
 # Triton's signature spelling of each IR dtype (a pointer to it is "*" + this).
-SIGNATURE_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "i8": "i8", "u8": "u8", "i16": "i16", "i32": "i32", "i64": "i64", "i1": "i1"}
+SIGNATURE_TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "i8": "i8", "u8": "u8", "i16": "i16", "i32": "i32", "i64": "i64", "i1": "i1", "u16": "u16", "u32": "u32", "u64": "u64"}
 DEFAULT_TARGET = "cuda:90"
 
 

@@ -62,7 +62,9 @@ pytest.importorskip("triton")
 
 from disc.codegen.lowering import Unsupported  # noqa: E402
 from disc.codegen.triton.program import KernelCall  # noqa: E402
+from disc.ir.graph import Graph  # noqa: E402
 from disc.ir.parser import parse_graph  # noqa: E402
+from disc.ir.types import TensorType  # noqa: E402
 from disc.passes.pipeline import run_pipeline  # noqa: E402
 from disc.runtime.reference import ReferenceExecutor  # noqa: E402
 from disc.runtime.triton_runtime import TritonExecutor, build_triton, place_slots, triton_device  # noqa: E402
@@ -358,6 +360,32 @@ def test_integer_and_bool_unary_ops_match_the_reference(op, dtype):
     want = ReferenceExecutor(g).run([x])[0]
     got = ex.run(list(_on(x)))[0].cpu()
     assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("dtype", ["i8", "u8", "i32", "i64"])
+def test_shifts_by_every_amount_match_the_reference(dtype):
+    bits = {"i8": 8, "u8": 8, "i32": 32, "i64": 64}[dtype]
+    tdt = {"i8": torch.int8, "u8": torch.uint8, "i32": torch.int32, "i64": torch.int64}[dtype]
+    amounts = list(range(0 if dtype == "u8" else -2, bits + 3))
+    values = [0, 1, 5, 100, -1, -100] if dtype != "u8" else [0, 1, 5, 100, 200, 255]
+    x = torch.tensor([v for v in values for _ in amounts], dtype=tdt)
+    y = torch.tensor([s for _ in values for s in amounts], dtype=tdt)
+    for op in ("shift_left", "shift_right"):
+        g = op_graph(op, dtype, 2)
+        got = TritonExecutor(g, build_triton(g)).run(list(_on(x, y)))[0].cpu()
+        assert torch.equal(got, ReferenceExecutor(g).run([x, y])[0]), (op, dtype)
+
+
+@pytest.mark.parametrize("source, target", [("f32", "i32"), ("i32", "f32"), ("f16", "i16"), ("i16", "bf16"), ("i1", "u8")])
+def test_bitcast_keeps_every_bit(source, target):
+    g = Graph(name="bitcast")
+    n = g.constraints.declare("n", lo=0, source="test")
+    g.outputs = [g.add("bitcast", [g.add_input("x", TensorType(source, (n,)))], {"dtype": target})]
+    base = torch.tensor([0.0, -0.0, 1.5, -3.25, float("inf"), float("nan"), 6e-8, 65504.0])
+    x = {"f32": base, "f16": base.half(), "i32": base.view(torch.int32), "i16": base.bfloat16().view(torch.int16), "i1": base > 0}[source]
+    got = TritonExecutor(g, build_triton(g)).run(list(_on(x)))[0].cpu()
+    want = ReferenceExecutor(g).run([x])[0]
+    assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (got, want)
 
 
 BOOL_FROM_LITERALS = """

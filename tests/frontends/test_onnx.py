@@ -339,7 +339,35 @@ def _scores_and_labels(rng, n, d):
 
 
 # (id, model, feeds(rng, *dims), streams of dims): every stream starts with a 1-sized dim.
+def _unsigned_bits_model() -> onnx.ModelProto:
+    """u16/u32/u64 arithmetic that wraps, truncating division, shifts by amounts past the width,
+    and bitcasts both ways (opset 26's BitCast, opset 28's shift rule)."""
+    n = helper.make_node
+    U16, U32, U64 = TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64
+    nodes = [
+        n("Mul", ["a", "b"], ["ab"]), n("Sub", ["ab", "a"], ["wrapped"]),
+        n("Div", ["wrapped", "w"], ["q"]), n("Mod", ["wrapped", "w"], ["r"]),
+        n("BitShift", ["x", "s"], ["left"], direction="LEFT"), n("BitShift", ["x", "s"], ["right"], direction="RIGHT"),
+        n("Cast", ["s"], ["s64"], to=U64), n("BitShift", ["z", "s64"], ["z_right"], direction="RIGHT"),
+        n("BitCast", ["x"], ["as_float"], to=TensorProto.FLOAT), n("BitCast", ["as_float"], ["as_int"], to=TensorProto.INT32),
+        n("Max", ["z", "z_right"], ["zmax"]), n("Less", ["left", "right"], ["less"]),
+    ]  # fmt: skip
+    inputs = [("a", U16, ["n", "d"]), ("b", U16, ["n", "d"]), ("w", U16, ["d"]), ("x", U32, ["n", "d"]), ("s", U32, ["n", "d"]), ("z", U64, ["n", "d"])]
+    outputs = [("q", U16), ("r", U16), ("left", U32), ("right", U32), ("z_right", U64), ("as_float", TensorProto.FLOAT), ("as_int", TensorProto.INT32), ("zmax", U64), ("less", TensorProto.BOOL)]
+    return _model(nodes, [helper.make_tensor_value_info(k, t, d) for k, t, d in inputs], [helper.make_tensor_value_info(k, t, ["n", "d"]) for k, t in outputs], [], opset=28)
+
+
+def _unsigned_bits_inputs(rng, n, d):
+    def draw(dtype, *shape):
+        return rng.integers(0, np.iinfo(dtype).max, size=shape, dtype=dtype, endpoint=True)
+
+    x = draw(np.uint32, n, d)
+    x.reshape(-1)[:1] = 0x7F800001  # a signalling NaN's bits pass through the float bitcast unchanged
+    return {"a": draw(np.uint16, n, d), "b": draw(np.uint16, n, d), "w": np.maximum(draw(np.uint16, d), 1), "x": x, "s": rng.integers(0, 70, size=(n, d), dtype=np.uint32), "z": draw(np.uint64, n, d)}
+
+
 DYNAMIC_CASES = [
+    ("unsigned_arithmetic_shifts_and_bitcasts", _unsigned_bits_model, _unsigned_bits_inputs, [(1, 1), (1, 5), (4, 3), (2, 1)]),
     (
         "softmax_cross_entropy_weighted_ignore",
         lambda: _one_node("SoftmaxCrossEntropyLoss", [("x", F, ["n", 5, "d"]), ("t", I, ["n", "d"])], [("loss", F, []), ("logp", F, ["n", 5, "d"])], [_f32(np.random.default_rng(1), "w", 5, scale=1.0)], opset=13, ignore_index=-1),
@@ -652,6 +680,8 @@ def _torch_present() -> bool:
 
 # Cases where ONNX Runtime and ONNX's reference implementation disagree: disc follows the reference.
 AGAINST_ONNX_REFERENCE = {
+    # ONNX Runtime has no BitCast (opset 26) and no opset-28 BitShift yet.
+    "unsigned_arithmetic_shifts_and_bitcasts",
     # The reference clamps a point outside the image, then reads its 4x4 taps; ONNX Runtime (as
     # PyTorch) clamps each tap instead: 0.37 apart on these inputs.
     "grid_sample_cubic_border",
@@ -681,4 +711,6 @@ def test_ops_compile_once_and_match_onnx_runtime_over_a_shape_stream(name, model
             assert np.all(same_nan), dims
             if w.dtype.kind == "f":
                 g, w = np.nan_to_num(g), np.nan_to_num(w)
+            if w.dtype.kind in "uib":
+                assert np.array_equal(g, w), dims  # exact (allclose of 64-bit integers goes through float64)
             assert np.allclose(g, w, rtol=1e-4, atol=1e-5), (dims, np.abs(g.astype(np.float64) - w).max())

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -363,6 +364,38 @@ for _src, _dst, _fn in [
         ENVS2,
         make={"x": lambda s, e, g: torch.randn(s, generator=g) * 4} if _dst == "i32" else {},
     )
+
+
+
+def _shift_expected(left: bool):
+    """Python integers: x << y wrapped to 32 bits, x >> y arithmetic; y outside [0, 32) gives the sign fill."""
+
+    def run(x, y):
+        out = []
+        for v, s in zip(x.flatten().tolist(), y.flatten().tolist()):
+            if not 0 <= s < 32:
+                out.append(-1 if not left and v < 0 else 0)
+            elif left:
+                w = (v << s) % (1 << 32)
+                out.append(w - (1 << 32) if w >= 1 << 31 else w)
+            else:
+                out.append(v >> s)
+        return torch.tensor(out, dtype=torch.int32).reshape(x.shape)
+
+    return run
+
+
+binary("shift_left", _shift_expected(True), ["i32"], make_y=ints_in(-3, 36))
+binary("shift_right", _shift_expected(False), ["i32"], make_y=ints_in(-3, 36))
+case(
+    "bitcast",
+    [("x", "i32", AB)],
+    lambda g, x: g.add("bitcast", [x], {"dtype": "f32"}),
+    lambda x: torch.tensor(np.frombuffer(x.numpy().tobytes(), np.float32).copy()).reshape(x.shape),
+    lambda S: T("f32", S.a, S.b),
+    ENVS2,
+    make={"x": lambda s, e, g: torch.randn(s, generator=g).view(torch.int32)},  # the bits of ordinary floats
+)
 
 # -- constants and movement ------------------------------------------------------------------
 case("constant", [], lambda g: g.add_constant(torch.tensor(2.5)), lambda: torch.tensor(2.5), lambda S: T("f32"))

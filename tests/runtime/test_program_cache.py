@@ -216,6 +216,42 @@ def test_editing_the_models_source_misses(programs, tmp_path, monkeypatch):
         sys.modules.pop("cached_model", None)
 
 
+def _class_from_text(text: str, filename: str | None) -> type:
+    """The class ``M`` of ``text``, defined as ``python -c`` or ``exec`` define one (no file holds it)
+    or, given a filename, as a notebook cell does (the text in linecache, the file not on disk)."""
+    namespace = {"torch": torch, "nn": nn, "__name__": "__main__"}
+    if filename is None:
+        exec(text, namespace)
+    else:
+        import linecache
+
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        exec(compile(text, filename, "exec"), namespace)
+    return namespace["M"]
+
+
+CELL = """
+class M(nn.Module):
+    def forward(self, x):
+        return x * {factor}
+"""
+
+
+def test_two_classes_of_one_name_without_a_file_never_share_a_program(programs, tmp_path):
+    # Both are __main__.M: keyed by their name alone, the second loaded the first's program.
+    for factor in (2.0, 3.0):
+        model = _class_from_text(CELL.format(factor=factor), None)()
+        compiled = disc.compile(model, (torch.ones(3, 4),), dynamic={"x": {0: "n"}})
+        assert compiled.report.cache == "not used: __main__.M has no source file or text to key its code by"
+        torch.testing.assert_close(compiled(torch.ones(1, 4)), torch.full((1, 4), factor))
+    # A notebook cell's class is keyed by its text: the same text hits, another misses.
+    for k, (factor, outcome) in enumerate([(2.0, "miss"), (2.0, "hit"), (5.0, "miss")]):
+        model = _class_from_text(CELL.format(factor=factor), str(tmp_path / f"cell{k}.py"))()
+        compiled = disc.compile(model, (torch.ones(3, 4),), dynamic={"x": {0: "n"}})
+        assert compiled.report.cache.startswith(outcome), (k, compiled.report.cache)
+        torch.testing.assert_close(compiled(torch.ones(1, 4)), torch.full((1, 4), factor))
+
+
 def test_a_damaged_entry_is_replaced_not_used(programs):
     disc.compile(_model(), _example(), dynamic=DYN)
     (entry,) = programs.iterdir()

@@ -378,7 +378,8 @@ def test_info_and_output_shapes(api, saved) -> None:
     finally:
         model.close()
     assert api.lib.disc_dtype_size(1) == 2 and api.lib.disc_dtype_name(9) == b"i1"
-    assert api.lib.disc_dtype_size(10) == 0 and api.lib.disc_dtype_name(-1) == b"?"
+    assert api.lib.disc_dtype_size(12) == 8 and api.lib.disc_dtype_name(12) == b"u64"
+    assert api.lib.disc_dtype_size(13) == 0 and api.lib.disc_dtype_name(-1) == b"?"
 
 
 def test_input_errors_have_the_python_checks_messages(api, saved) -> None:

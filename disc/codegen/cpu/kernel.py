@@ -54,6 +54,7 @@ from disc.codegen.cpu.ops import (
     SIMD_REDUCTION,
     UNARY,
     WIDEN,
+    bitcast,
     literal,
     storage_type,
 )
@@ -247,6 +248,8 @@ class _Emitter(IndexEmitter):
         if op == "select":
             p, a, b = (self.value(x, idx) for x in n.inputs)
             return f"({p} ? {a} : {b})"
+        if op == "bitcast":
+            return bitcast(self.value(n.inputs[0], idx), n.inputs[0].dtype, n.dtype)
         if op == "convert":
             x = self.value(n.inputs[0], idx)
             if n.dtype == "i1":
@@ -518,7 +521,7 @@ def kernel_form_refusal(n: Node) -> str | None:
     read by the CPU's declared support (``program.refusal``) before anything is lowered."""
     op = n.op
     if get_spec(op).category == ELEMENTWISE:
-        ok = op in UNARY or op in BINARY or op in INT_DIVISION or op in ("select", "convert")
+        ok = op in UNARY or op in BINARY or op in INT_DIVISION or op in ("select", "convert", "bitcast")
         return None if ok else f"no C++ for elementwise op {op}"
     if op == "scatter_add":  # a kernel of its own (emit_scatter_add)
         return f"scatter_add %{n.name} in {n.dtype}: no 16-bit C++ form" if n.dtype in NARROW else None
@@ -698,7 +701,7 @@ def _windows_at_root_index(em: _Emitter, root: Node) -> list[Node] | None:
     reductions and elementwise ops, every window of the root's shape); else None."""
     windows = [n for n in em.step.group.nodes if n.op == "reduce_window"]
     for n in em.step.group.nodes:
-        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert")):
+        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert", "bitcast")):
             return None
     if not all(em.c.prove_same_shape(n.shape, root.shape) for n in windows):
         return None

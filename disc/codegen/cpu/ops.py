@@ -19,6 +19,9 @@ C_TYPES = {
     "i16": "int16_t",
     "i8": "int8_t",
     "u8": "uint8_t",
+    "u16": "uint16_t",
+    "u32": "uint32_t",
+    "u64": "uint64_t",
     "i1": "bool",
 }
 
@@ -113,6 +116,8 @@ BINARY = {
     "bitwise_and": "({0} & {1})",
     "bitwise_or": "({0} | {1})",
     "bitwise_xor": "({0} ^ {1})",
+    "shift_left": "disc_shift_left({0}, {1})",
+    "shift_right": "disc_shift_right({0}, {1})",
     "eq": "({0} == {1})",
     "ne": "({0} != {1})",
     "lt": "({0} < {1})",
@@ -327,22 +332,47 @@ template <class T> static inline T disc_wrap_sub(T a, T b) { using U = disc_wide
 template <class T> static inline T disc_wrap_mul(T a, T b) { using U = disc_wide_unsigned<T>; return T(U(a) * U(b)); }
 template <class T> static inline T disc_wrap_neg(T a) { using U = disc_wide_unsigned<T>; return T(U(0) - U(a)); }
 template <class T> static inline T disc_wrap_abs(T a) { return a < T(0) ? disc_wrap_neg(a) : a; }
+// Shifts by any amount (C++ leaves a negative or too wide one undefined): outside [0, bits) what
+// the sign fill alone gives, as ONNX's BitShift and PyTorch define it. A left shift goes through
+// the unsigned type: a signed one past the sign bit is undefined before C++20.
+template <class T> static inline bool disc_shift_outside(T b) {
+  if constexpr (std::is_signed<T>::value) return b < T(0) || b >= T(8 * sizeof(T));
+  else return b >= T(8 * sizeof(T));
+}
+template <class T> static inline T disc_shift_left(T a, T b) {
+  using U = disc_wide_unsigned<T>;
+  return disc_shift_outside(b) ? T(0) : T(U(a) << b);
+}
+template <class T> static inline T disc_shift_right(T a, T b) {
+  return disc_shift_outside(b) ? (a < T(0) ? T(-1) : T(0)) : T(a >> b);
+}
+template <class To, class From> static inline To disc_bitcast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "disc_bitcast keeps the width");
+  To y;
+  std::memcpy(&y, &x, sizeof(To));
+  return y;
+}
 // Integers divide through these (INT_DIVISION), never the float forms above.
 template <class T> static inline T disc_int_div(T a, T b, int32_t* fault) {
   if (b == 0) { __atomic_store_n(fault, 1, __ATOMIC_RELAXED); return 0; }
-  if (b == T(-1)) return T(T(0) - std::make_unsigned_t<T>(a));  // wraps at MIN, where a / -1 traps
+  if constexpr (std::is_signed<T>::value) {
+    if (b == T(-1)) return T(T(0) - std::make_unsigned_t<T>(a));  // wraps at MIN, where a / -1 traps
+  }
   return a / b;
 }
 template <class T> static inline T disc_int_floor_div(T a, T b, int32_t* fault) {
   const T q = disc_int_div(a, b, fault);
+  if constexpr (!std::is_signed<T>::value) return q;
   return (b != 0 && b != T(-1) && q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 template <class T> static inline T disc_int_fmod(T a, T b, int32_t* fault) {
   if (b == 0) { __atomic_store_n(fault, 1, __ATOMIC_RELAXED); return 0; }
-  return b == T(-1) ? T(0) : T(a % b);
+  if constexpr (std::is_signed<T>::value) return b == T(-1) ? T(0) : T(a % b);
+  return T(a % b);
 }
 template <class T> static inline T disc_int_remainder(T a, T b, int32_t* fault) {
   const T r = disc_int_fmod(a, b, fault);
+  if constexpr (!std::is_signed<T>::value) return r;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 // An index read from data (gather, index_select): with `wrap` a negative one counts from the end;
@@ -423,6 +453,17 @@ static inline int64_t disc_place_slots(int n, const int64_t* bytes, const int32_
 """
 
 
+def bitcast(expr: str, source: str, target: str) -> str:
+    """``expr`` (a ``source`` value, as computed) with its bits read as ``target``: a 16-bit float is
+    computed in float, so its bits are those of its rounding (exact: it holds a 16-bit value)."""
+    if source in NARROW:
+        expr = NARROW[source].format(expr)
+    bits = f"disc_bitcast<{'uint8_t' if target == 'i1' else storage_type(target)}>({'uint8_t' if source == 'i1' else storage_type(source)}({expr}))"
+    if target == "i1":
+        return f"({bits} != 0)"
+    return WIDEN[target].format(bits) if target in WIDEN else bits
+
+
 def literal(value: object, dtype: str) -> str:
     """A C++ literal of ``value`` in ``dtype`` (inf and nan included)."""
     t = C_TYPES[dtype]
@@ -435,4 +476,6 @@ def literal(value: object, dtype: str) -> str:
         if v in (float("inf"), float("-inf")):
             return f"{'-' if v < 0 else ''}std::numeric_limits<{t}>::infinity()"
         return f"{t}({v!r})"
+    if dtype in ("u32", "u64"):  # past INT64_MAX a literal without the suffix is ill-formed
+        return f"{t}({int(value)}ull)"  # type: ignore[call-overload]
     return f"{t}({int(value)})"  # type: ignore[call-overload]

@@ -266,7 +266,7 @@ class _Emitter(IndexEmitter):
 
     def _compute(self, n: Node, idx: Idx) -> str:
         op = n.op
-        if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert"):
+        if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert", "bitcast"):
             operand_dtype = n.inputs[0].dtype
             form = unary(op, operand_dtype) if len(n.inputs) == 1 else binary(op, operand_dtype)
             if form is None:
@@ -275,6 +275,8 @@ class _Emitter(IndexEmitter):
         if op == "select":
             p, a, b = (self.value(x, idx) for x in n.inputs)
             return f"tl.where({p}, {a}, {b})"
+        if op == "bitcast":
+            return _bitcast(self.value(n.inputs[0], idx), n.inputs[0].dtype, n.dtype)
         if op == "convert":
             x = self.value(n.inputs[0], idx)
             if n.dtype == "i1":
@@ -509,15 +511,26 @@ def kernel_form_refusal(n: Node) -> str | None:
     """Why a fused Triton kernel cannot compute ``n`` (None: it can): the forms ``_Emitter`` has,
     read by the GPU's declared support (``program.refusal``) before anything is lowered."""
     op = n.op
-    if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert"):
+    if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert", "bitcast"):
         dtype = n.inputs[0].dtype
         form = unary(op, dtype) if len(n.inputs) == 1 else binary(op, dtype)
         return None if form is not None else f"no Triton form for elementwise op {op} on {dtype}"
     if op == "scatter_add":  # a kernel of its own (scatter_kernel)
         return f"scatter_add %{n.name} in {n.dtype}: no 16-bit Triton form" if n.dtype in TL_STORAGE else None
-    if op in ("select", "convert", "nonzero") or hasattr(_Emitter, f"_op_{op}"):
+    if op in ("select", "convert", "bitcast", "nonzero") or hasattr(_Emitter, f"_op_{op}"):
         return None
     return f"no Triton kernel form for op {op} (%{n.name})"
+
+
+def _bitcast(x: str, source: str, target: str) -> str:
+    """``x`` (a ``source`` value, as computed) with its bits read as ``target``; a 16-bit float is
+    computed in f32, so its bits are those of its rounding (exact: it holds a 16-bit value)."""
+    store = {"f16": "tl.float16", "bf16": "tl.bfloat16", "i1": "tl.uint8"}
+    bits = _cast(x, store.get(source, TL_TYPES[source]))
+    out = f"{bits}.to({store.get(target, TL_TYPES[target])}, bitcast=True)"
+    if target == "i1":
+        return f"({out} != 0)"
+    return f"{out}.to(tl.float32)" if target in TL_STORAGE else out
 
 
 def _cast(x: str, tl_type: str) -> str:

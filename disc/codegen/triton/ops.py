@@ -19,6 +19,9 @@ TL_TYPES = {
     "i16": "tl.int16",
     "i8": "tl.int8",
     "u8": "tl.uint8",
+    "u16": "tl.uint16",
+    "u32": "tl.uint32",
+    "u64": "tl.uint64",
     "i1": "tl.int1",
 }
 # Dtypes computed in a wider one, and the rounding of an f32 value to each (where a value is stored,
@@ -80,6 +83,8 @@ BINARY = {
     "bitwise_and": "({0} & {1})",
     "bitwise_or": "({0} | {1})",
     "bitwise_xor": "({0} ^ {1})",
+    "shift_left": "disc_shift_left({0}, {1})",
+    "shift_right": "disc_shift_right({0}, {1})",
     "eq": "({0} == {1})",
     "ne": "({0} != {1})",
     "lt": "({0} < {1})",
@@ -94,7 +99,8 @@ BINARY_INT = {"div": "({0} // {1})", "floor_div": "disc_floor_div({0}, {1})", "m
 REDUCE_INIT = {"sum": "0", "prod": "1", "max": 'float("-inf")', "min": 'float("inf")', "any": "0", "all": "1"}
 REDUCE_INIT_INT = {"max": "{lowest}", "min": "{highest}"}
 REDUCE_COMBINE = {"sum": "disc_add", "prod": "disc_mul", "max": "disc_max", "min": "disc_min", "any": "disc_max", "all": "disc_min"}
-INT_LIMITS = {"i64": (-(2**63), 2**63 - 1), "i32": (-(2**31), 2**31 - 1), "i16": (-(2**15), 2**15 - 1), "i8": (-128, 127), "u8": (0, 255), "i1": (0, 1)}
+INT_LIMITS = {"i64": (-(2**63), 2**63 - 1), "i32": (-(2**31), 2**31 - 1), "i16": (-(2**15), 2**15 - 1), "i8": (-128, 127), "u8": (0, 255), "i1": (0, 1),
+              "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1)}  # fmt: skip
 
 
 def unary(op: str, dtype: str) -> str | None:

@@ -101,6 +101,20 @@ def disc_floor_div(a, b):
 
 
 @triton.jit
+def disc_shift_left(a, b):
+    # Outside [0, bits) a shift gives the sign fill alone, as in the C++ prelude (the hardware
+    # shift takes the amount modulo the width).
+    outside = (b < 0) | (b >= a.dtype.primitive_bitwidth)
+    return tl.where(outside, 0, a << tl.where(outside, 0, b))
+
+
+@triton.jit
+def disc_shift_right(a, b):
+    outside = (b < 0) | (b >= a.dtype.primitive_bitwidth)
+    return tl.where(outside, tl.where(a < 0, -1, 0), a >> tl.where(outside, 0, b))
+
+
+@triton.jit
 def disc_fmod(a, b):
     # C's fmod, for floats and ints. fmod(+-inf, b) is NaN; the GPU's float % gave a number there
     # (seen on an H100 with Triton 3.6), so a non-finite a is mapped to NaN explicitly: a - a is

@@ -52,7 +52,8 @@ def refusal(n: Node) -> str | None:
         return None if n.op in ("dot_general", "attention") or n.op in TORCH_CONV_CALLS else f"%{n.name}: no library call for {n.op}"
     return kernel_form_refusal(n) if kind == "memory_bound" else None
 
-TORCH_DTYPES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64", "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8", "i1": "torch.bool"}
+TORCH_DTYPES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64", "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8", "i1": "torch.bool",
+                "u16": "torch.uint16", "u32": "torch.uint32", "u64": "torch.uint64"}  # fmt: skip
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 

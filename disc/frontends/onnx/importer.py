@@ -26,7 +26,7 @@ from disc.shape.expr import DimLike, SymExpr
 __all__ = ["ELEM_TYPES", "DimValue", "OnnxImporter", "ShapeValue", "add_inputs"]
 
 # ONNX TensorProto element types disc runs.
-ELEM_TYPES = {1: "f32", 2: "u8", 3: "i8", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16", 11: "f64", 16: "bf16"}
+ELEM_TYPES = {1: "f32", 2: "u8", 3: "i8", 4: "u16", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16", 11: "f64", 12: "u32", 13: "u64", 16: "bf16"}
 
 
 class OnnxImporter(ArrayBuilder):

@@ -26,7 +26,7 @@ from disc.ir.types import TensorType
 from disc.shape.expr import DimLike
 
 # TensorFlow DataType enum values disc runs (tensorflow/core/framework/types.proto).
-TF_DTYPES = {1: "f32", 2: "f64", 3: "i32", 4: "u8", 5: "i16", 6: "i8", 9: "i64", 10: "i1", 14: "bf16", 19: "f16"}
+TF_DTYPES = {1: "f32", 2: "f64", 3: "i32", 4: "u8", 5: "i16", 6: "i8", 9: "i64", 10: "i1", 14: "bf16", 17: "u16", 19: "f16", 22: "u32", 23: "u64"}
 
 
 @dataclass(frozen=True)

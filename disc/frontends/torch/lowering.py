@@ -261,6 +261,7 @@ _BINARY = {
     aten.add: "add", aten.sub: "sub", aten.mul: "mul", aten.div: "div", aten.true_divide: "div", aten.maximum: "maximum",
     aten.minimum: "minimum", aten.remainder: "remainder", aten.fmod: "fmod", aten.atan2: "atan2",
     aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
+    aten.bitwise_left_shift: "shift_left", aten.bitwise_right_shift: "shift_right", aten.__lshift__: "shift_left", aten.__rshift__: "shift_right",
 }
 _LOGICAL = {aten.logical_and: "logical_and", aten.logical_or: "logical_or", aten.logical_xor: "logical_xor"}
 _COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge"}

@@ -34,7 +34,8 @@ extern "C" {
 #define DISC_ERROR_UNSUPPORTED 5 /* the program needs PyTorch, a GPU or another CPU */
 #define DISC_ERROR_MEMORY 6      /* an allocation failed */
 
-/* Element types, in the IR's names: f16 bf16 f32 f64 i8 u8 i16 i32 i64 i1 (bool, one byte). */
+/* Element types, in the IR's names: f16 bf16 f32 f64 i8 u8 i16 i32 i64 i1 (bool, one byte) u16 u32
+ * u64 (numbered in the order they joined, so saved programs keep their codes). */
 #define DISC_F16 0
 #define DISC_BF16 1
 #define DISC_F32 2
@@ -45,6 +46,9 @@ extern "C" {
 #define DISC_I32 7
 #define DISC_I64 8
 #define DISC_BOOL 9
+#define DISC_U16 10
+#define DISC_U32 11
+#define DISC_U64 12
 
 typedef struct disc_error {
   int32_t status;     /* DISC_OK or a DISC_ERROR_* */

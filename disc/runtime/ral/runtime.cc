@@ -137,9 +137,9 @@ std::string repr(const std::string& s) {
 // ---------------------------------------------------------------------------------------------
 // Element types
 
-constexpr int32_t kNumDtypes = 10;
-const char* const kDtypeNames[kNumDtypes] = {"f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1"};
-constexpr size_t kDtypeSizes[kNumDtypes] = {2, 2, 4, 8, 1, 1, 2, 4, 8, 1};
+constexpr int32_t kNumDtypes = 13;
+const char* const kDtypeNames[kNumDtypes] = {"f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i1", "u16", "u32", "u64"};
+constexpr size_t kDtypeSizes[kNumDtypes] = {2, 2, 4, 8, 1, 1, 2, 4, 8, 1, 2, 4, 8};
 
 bool known_dtype(int32_t dtype) { return dtype >= 0 && dtype < kNumDtypes; }
 

@@ -141,6 +141,23 @@ def _binary(imp: OnnxImporter, node: Any, a: Any, b: Any, fmod: int = 0) -> Any:
     return elementwise(imp, op, [x, y], dtype)
 
 
+@onnx_op("BitShift")
+def _bit_shift(imp: OnnxImporter, node: Any, x: Any, y: Any, direction: str = "") -> Node:
+    if direction not in ("LEFT", "RIGHT"):
+        raise LoweringError(f"BitShift: direction is {direction!r}; ONNX takes 'LEFT' or 'RIGHT'")
+    a, b = imp.tensor(x), imp.tensor(y)
+    if a.dtype != b.dtype:
+        raise LoweringError(f"BitShift: operand dtypes differ ({a.dtype}, {b.dtype}); ONNX requires one type")
+    return elementwise(imp, "shift_left" if direction == "LEFT" else "shift_right", [a, b], a.dtype)
+
+
+@onnx_op("BitCast")
+def _bit_cast(imp: OnnxImporter, node: Any, x: Any, to: int) -> Node:
+    if to not in ELEM_TYPES:
+        raise LoweringError(f"BitCast to element type {to}, which disc does not run")
+    return imp.graph.add("bitcast", (imp.tensor(x),), {"dtype": ELEM_TYPES[to]})
+
+
 def _mixed_pow(imp: OnnxImporter, base: Node, exponent: Node) -> Node:
     """Pow of a base and an exponent of different types, in the base's type: a float base takes
     the exponent converted to it; an integer base is raised in float64 and truncated back (as

@@ -20,7 +20,7 @@ from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
 from disc.shape.expr import as_expr
 
-_QUANT_RANGES = {"u8": (0, 255), "i8": (-128, 127), "i16": (-32768, 32767)}
+_QUANT_RANGES = {"u8": (0, 255), "i8": (-128, 127), "u16": (0, 65535), "i16": (-32768, 32767)}
 
 
 def _per_axis(imp: OnnxImporter, v: Node, x: Node, axis: int, block_size: int) -> Node:
