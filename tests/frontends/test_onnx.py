@@ -366,8 +366,75 @@ def _unsigned_bits_inputs(rng, n, d):
     return {"a": draw(np.uint16, n, d), "b": draw(np.uint16, n, d), "w": np.maximum(draw(np.uint16, d), 1), "x": x, "s": rng.integers(0, 70, size=(n, d), dtype=np.uint32), "z": draw(np.uint64, n, d)}
 
 
+def _causal_conv_with_state(past: bool) -> onnx.ModelProto:
+    inputs = [("x", F, ["b", 4, "t"])] + ([("past", F, ["b", 4, 2])] if past else [])
+    names = ["x", "w", "bias"] + (["past"] if past else [])
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation="silu" if past else "none")
+    inits = [_f32(np.random.default_rng(5), "w", 4, 1, 3, scale=1.0), _f32(np.random.default_rng(6), "bias", 4)]
+    return _model([node], [helper.make_tensor_value_info(*i) for i in inputs], [helper.make_tensor_value_info("y", F, ["b", 4, "t"]), helper.make_tensor_value_info("state", F, ["b", 4, 2])], inits, opset=27)
+
+
+def _kv_cache_write(mode: str) -> onnx.ModelProto:
+    node = helper.make_node("TensorScatter", ["cache", "update", "at"], ["present"], mode=mode, axis=2)
+    inputs = [("cache", F, ["b", 2, 6, 3]), ("update", F, ["b", 2, "s", 3]), ("at", I, ["b"])]
+    return _model([node], [helper.make_tensor_value_info(*i) for i in inputs], [helper.make_tensor_value_info("present", F, ["b", 2, 6, 3])], [], opset=24)
+
+
+def _kv_cache_inputs(rng, b, s):
+    return {"cache": rng.standard_normal((b, 2, 6, 3)).astype(np.float32), "update": rng.standard_normal((b, 2, s, 3)).astype(np.float32), "at": rng.integers(0, 7 - s, b).astype(np.int64)}
+
+
 DYNAMIC_CASES = [
     ("unsigned_arithmetic_shifts_and_bitcasts", _unsigned_bits_model, _unsigned_bits_inputs, [(1, 1), (1, 5), (4, 3), (2, 1)]),
+    (
+        "causal_conv_with_state_zero_past",
+        lambda: _causal_conv_with_state(False),
+        lambda rng, b, t: {"x": rng.standard_normal((b, 4, t)).astype(np.float32)},
+        [(1, 1), (2, 5), (1, 2)],
+    ),
+    (
+        "causal_conv_with_state_past_silu",
+        lambda: _causal_conv_with_state(True),
+        lambda rng, b, t: {"x": rng.standard_normal((b, 4, t)).astype(np.float32), "past": rng.standard_normal((b, 4, 2)).astype(np.float32)},
+        [(1, 1), (3, 4), (1, 7)],
+    ),
+    ("tensor_scatter_linear", lambda: _kv_cache_write("linear"), _kv_cache_inputs, [(1, 1), (2, 3), (1, 6)]),
+    (
+        "tensor_scatter_circular",
+        lambda: _kv_cache_write("circular"),
+        lambda rng, b, s: {**_kv_cache_inputs(rng, b, s), "at": rng.integers(0, 12, b).astype(np.int64)},
+        [(1, 1), (3, 4), (2, 6)],
+    ),
+    (
+        "compress_and_nonzero",
+        lambda: _model(
+            [helper.make_node("Compress", ["x", "keep"], ["rows"], axis=1), helper.make_node("Compress", ["x", "keep"], ["flat"]), helper.make_node("NonZero", ["x"], ["where"])],
+            [helper.make_tensor_value_info("x", F, ["n", "m"]), helper.make_tensor_value_info("keep", TensorProto.BOOL, ["k"])],
+            [helper.make_tensor_value_info("rows", F, ["n", "r"]), helper.make_tensor_value_info("flat", F, ["f"]), helper.make_tensor_value_info("where", I, [2, "z"])],
+            [],
+            opset=13,
+        ),
+        lambda rng, n, m, k: {"x": np.where(rng.random((n, m)) < 0.4, 0.0, rng.standard_normal((n, m))).astype(np.float32), "keep": rng.random(k) < 0.5},
+        [(1, 1, 1), (1, 1, 0), (3, 5, 4), (2, 7, 7), (4, 1, 1)],
+    ),
+    (
+        "col2im_strided_padded",
+        lambda: _model(
+            [helper.make_node("Col2Im", ["cols", "image", "block"], ["y"], strides=[2, 1], pads=[1, 0, 1, 1], dilations=[1, 2])],
+            [helper.make_tensor_value_info("cols", F, ["n", 12, 15])],
+            [helper.make_tensor_value_info("y", F, ["n", 2, 5, 6])],
+            [_i64("image", [5, 6]), _i64("block", [3, 2])],
+            opset=18,
+        ),
+        lambda rng, n: {"cols": rng.standard_normal((n, 12, 15)).astype(np.float32)},
+        [(1,), (3,)],
+    ),
+    (
+        "average_pool_ceil_mode_counting_padding",
+        lambda: _one_node("AveragePool", [("x", F, ["n", 2, "h", "w"])], [("y", F, ["n", 2, "oh", "ow"])], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1),
+        lambda rng, n, h, w: {"x": rng.standard_normal((n, 2, h, w)).astype(np.float32)},
+        [(1, 1, 1), (1, 2, 3), (2, 5, 4), (1, 6, 7)],
+    ),
     (
         "softmax_cross_entropy_weighted_ignore",
         lambda: _one_node("SoftmaxCrossEntropyLoss", [("x", F, ["n", 5, "d"]), ("t", I, ["n", "d"])], [("loss", F, []), ("logp", F, ["n", 5, "d"])], [_f32(np.random.default_rng(1), "w", 5, scale=1.0)], opset=13, ignore_index=-1),
@@ -667,7 +734,7 @@ DYNAMIC_CASES = [
 
 # Cases whose ops the native CPU program has no kernel for yet: without PyTorch they are refused
 # with an error naming the limit (with PyTorch the op runs there between compiled segments).
-NATIVE_LIMITS = {"conv_transpose_strided_padded": "non-transposed convolutions", "quantize_dequantize_and_integer_matmuls": "dot_general in f64"}
+NATIVE_LIMITS = {"conv_transpose_strided_padded": "non-transposed convolutions", "col2im_strided_padded": "non-transposed convolutions", "quantize_dequantize_and_integer_matmuls": "dot_general in f64"}
 
 
 def _torch_present() -> bool:
@@ -680,6 +747,9 @@ def _torch_present() -> bool:
 
 # Cases where ONNX Runtime and ONNX's reference implementation disagree: disc follows the reference.
 AGAINST_ONNX_REFERENCE = {
+    # ONNX Runtime has no CausalConvWithState (opset 27) yet.
+    "causal_conv_with_state_zero_past",
+    "causal_conv_with_state_past_silu",
     # ONNX Runtime has no BitCast (opset 26) and no opset-28 BitShift yet.
     "unsigned_arithmetic_shifts_and_bitcasts",
     # The reference clamps a point outside the image, then reads its 4x4 taps; ONNX Runtime (as

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from disc.frontends.arrays import same_padding
+from disc.frontends.arrays import known_ints, same_padding
 from disc.frontends.onnx.importer import OnnxImporter
 from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim
@@ -16,6 +16,7 @@ from disc.ir.builder import (
     elementwise,
     mean,
     reduce,
+    reshape,
 )
 from disc.ir.graph import Node
 from disc.ir.types import numpy_dtype
@@ -72,6 +73,69 @@ def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations
         return out
     bias = imp.tensor(b)
     return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (bias, *imp.sizes(out.shape)), {"dims": (1,)})))
+
+
+@onnx_op("CausalConvWithState")
+def _causal_conv_with_state(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, past_state: Any = None, activation: str = "none") -> list[Node]:
+    """A depthwise convolution over [past state (zeros if absent), input] along the length, with
+    no padding, so output position t sees inputs t-k+1..t; then SiLU if asked. The present state
+    is the last k-1 positions of that concatenation (the next call's past)."""
+    if activation not in ("none", "silu", "swish"):
+        raise LoweringError(f"CausalConvWithState: activation {activation!r}; ONNX takes 'none', 'silu' or 'swish'")
+    x, w = imp.tensor(x), imp.tensor(w)
+    if x.tensor_type.rank != 3 or w.tensor_type.rank != 3:
+        raise LoweringError(f"CausalConvWithState: input and weight must be rank 3 (batch, channels, length), got ranks {x.tensor_type.rank} and {w.tensor_type.rank}")
+    k, channels = known_dim(w.shape[2]), known_dim(w.shape[0])
+    if k is None or channels is None:
+        raise LoweringError(f"CausalConvWithState with a weight of run-time shape {w.shape}")
+    if past_state is None:
+        zero = imp.graph.add_constant(np.array(0, numpy_dtype(x.dtype)))
+        past = imp.graph.add("broadcast_in_dim", (zero, *imp.sizes([x.shape[0], x.shape[1], k - 1])), {"dims": ()})
+    else:
+        past = imp.tensor(past_state)
+    padded = imp.graph.add("concat", (past, x), {"axis": 2})
+    conv_attrs = {"stride": (1,), "padding": (0,), "dilation": (1,), "groups": channels, "transposed": False, "output_padding": (0,)}
+    out = imp.graph.add("convolution", (padded, w), conv_attrs)
+    if b is not None:
+        out = imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes(out.shape)), {"dims": (1,)})))
+    if activation != "none":
+        out = imp.graph.add("silu", (out,))
+    length = padded.shape[2]
+    present = imp.graph.add("slice", (padded, imp.index(as_expr(length) - (k - 1)), imp.index(length)), {"axis": 2, "step": 1})
+    return [out, present]
+
+
+@onnx_op("Col2Im")
+def _col2im(imp: OnnxImporter, node: Any, x: Any, image_shape: Any, block_shape: Any, dilations: Any = None, pads: Any = None, strides: Any = None) -> Node:
+    """[N, C*K, L] columns (K = the block's size, L = the blocks' count) summed back into [N, C,
+    *image]: a transposed convolution with groups=C whose kernel puts column channel c*K + k at
+    block position k (one-hot), then the padding cut off."""
+    data = imp.tensor(x)
+    image, block = known_ints(image_shape, "Col2Im's image_shape"), known_ints(block_shape, "Col2Im's block_shape")
+    n, size = len(block), int(np.prod(block))
+    dil, stride = list(dilations or [1] * n), list(strides or [1] * n)
+    pads = list(pads or [0] * (2 * n))
+    padded = [image[i] + pads[i] + pads[n + i] for i in range(n)]
+    blocks = [(padded[i] - dil[i] * (block[i] - 1) - 1) // stride[i] + 1 for i in range(n)]
+    columns = known_dim(data.shape[1])
+    if data.tensor_type.rank != 3 or columns is None or columns % size or min(blocks) < 1:
+        raise LoweringError(f"Col2Im: input {data.shape} is not [N, C*{size}, L] with a known C, or no {block} block fits the padded image {padded}")
+    channels = columns // size
+    imp.graph.constraints.assume_equal(data.shape[2], int(np.prod(blocks)), f"Col2Im: input dim 2 must be the number of blocks ({' * '.join(map(str, blocks))})")
+    grid = reshape(imp, data, [data.shape[0], columns, *blocks])
+    one_hot = np.zeros((columns, 1, size), numpy_dtype(data.dtype))
+    one_hot[np.arange(columns), 0, np.arange(columns) % size] = 1
+    attrs = {"stride": tuple(stride), "padding": (0,) * n, "dilation": tuple(dil), "groups": channels, "transposed": True, "output_padding": (0,) * n}
+    out = imp.graph.add("convolution", (grid, imp.graph.add_constant(one_hot.reshape(columns, 1, *block))), attrs)
+    for i in range(n):  # blocks may stop short of the padded image's end: zeros there, then the pads cut off
+        short = padded[i] - ((blocks[i] - 1) * stride[i] + dil[i] * (block[i] - 1) + 1)
+        if short:
+            high = [0] * (n + 2)
+            high[2 + i] = short
+            out = imp.graph.add("pad", (out,), {"low": (0,) * (n + 2), "high": tuple(high), "value": 0.0})
+        if pads[i] or pads[n + i]:
+            out = imp.graph.add("slice", (out, imp.index(pads[i]), imp.index(pads[i] + image[i])), {"axis": 2 + i, "step": 1})
+    return out
 
 
 @onnx_op("ConvTranspose")
@@ -173,12 +237,15 @@ def _avg_pool(imp: OnnxImporter, node: Any, x: Any, kernel_shape: Sequence[int] 
     # The window's count of real elements (or of real and padding ones, not of those past the
     # end that ceil_mode adds): the same window sum over ones.
     ones = imp.graph.add("broadcast_in_dim", (imp.graph.add_constant(np.array(1.0, numpy_dtype(x.dtype))), *imp.sizes(x.shape)), {"dims": ()})
-    if count_include_pad:
-        if ceil_mode:  # the padding counts, the windows' overhang past it does not: not expressible here yet
-            raise LoweringError("AveragePool with count_include_pad and ceil_mode together")
+    if count_include_pad:  # ones over the padding too; with ceil_mode, the overhang past it adds nothing
         ones = imp.graph.add("pad", (ones,), {"low": tuple(p[0] for p in attrs["padding"]), "high": tuple(p[1] for p in attrs["padding"]), "value": 1.0})
         counted = {**attrs, "padding": ((0, 0),) * len(attrs["padding"])}
         count = imp.graph.add("reduce_window", (ones,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **counted})
+        # Windows start at the same places; ceil_mode's rule that a last window must start before
+        # the end padding sees that padding as data here, so there may be extra windows at the end.
+        for axis, (have, want) in enumerate(zip(count.shape, total.shape)):
+            if not imp.graph.constraints.prove_equal(have, want):
+                count = imp.graph.add("slice", (count, imp.index(0), imp.index(want)), {"axis": axis, "step": 1})
     else:
         count = imp.graph.add("reduce_window", (ones,), {"kind": "sum", "ceil_mode": bool(ceil_mode), **attrs})
     if not imp.graph.constraints.prove_same_shape(total.shape, count.shape):

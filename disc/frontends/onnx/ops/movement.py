@@ -137,6 +137,46 @@ def _gather(imp: OnnxImporter, node: Any, x: Any, indices: Any, axis: int = 0) -
     return reshape(imp, rows, [*data.shape[:axis], *index.shape, *data.shape[axis + 1 :]])
 
 
+def _true_positions(imp: OnnxImporter, mask: Node) -> Node:
+    """The flat positions of ``mask``'s true elements, ascending; their count is a fresh symbol."""
+    flat = reshape(imp, mask, [product(mask.shape)])
+    positions = imp.graph.add("nonzero", (flat,), {"count": imp.graph.constraints.new_symbol("nnz").as_symbol()})
+    imp.register_dims(positions)
+    return positions
+
+
+@onnx_op("Compress")
+def _compress(imp: OnnxImporter, node: Any, x: Any, condition: Any, axis: int | None = None) -> Node:
+    """numpy.compress: the slices along ``axis`` (of the flattened input if none) where condition
+    holds; a condition shorter than the axis drops the slices past its end."""
+    data, cond = imp.tensor(x), imp.tensor(condition)
+    if cond.tensor_type.rank != 1:
+        raise LoweringError(f"Compress: condition must be 1-D, got shape {cond.shape}")
+    if axis is None:
+        data, axis = reshape(imp, data, [product(data.shape)]), 0
+    axis = normalize_axis(axis, data.tensor_type.rank, "Compress")
+    imp.graph.constraints.assume(as_expr(data.shape[axis]) - cond.shape[0], ">=", 0, f"Compress: the condition may not be longer than input dim {axis}")
+    keep = _true_positions(imp, elementwise(imp, "ne", [cond, False], "i1") if cond.dtype != "i1" else cond)
+    return imp.graph.add("index_select", (data, keep), {"axis": axis})
+
+
+@onnx_op("NonZero")
+def _nonzero(imp: OnnxImporter, node: Any, x: Any) -> Node:
+    """[rank, count]: each nonzero element's index, in row-major order (flat positions unravelled)."""
+    data = imp.tensor(x)
+    if data.tensor_type.rank == 0:
+        raise LoweringError("NonZero of a 0-d tensor")
+    flat = _true_positions(imp, elementwise(imp, "ne", [data, False if data.dtype == "i1" else 0], "i1"))
+    rows = []
+    for d in range(data.tensor_type.rank):
+        stride = imp.shape_tensor([product(data.shape[d + 1 :])])
+        index = elementwise(imp, "floor_div", [flat, stride], "i64")
+        if d > 0:
+            index = elementwise(imp, "remainder", [index, imp.shape_tensor([data.shape[d]])], "i64")
+        rows.append(reshape(imp, index, [1, flat.shape[0]]))
+    return rows[0] if len(rows) == 1 else imp.graph.add("concat", tuple(rows), {"axis": 0})
+
+
 @onnx_op("GatherElements")
 def _gather_elements(imp: OnnxImporter, node: Any, x: Any, indices: Any, axis: int = 0) -> Node:
     data, index = imp.tensor(x), imp.tensor(indices)
@@ -356,6 +396,35 @@ def _scatter_nd(imp: OnnxImporter, node: Any, x: Any, indices: Any, updates: Any
     values = reshape(imp, upd, [count, *rest])
     where = imp.graph.add("broadcast_in_dim", (reshape(imp, flat, [count]), *imp.sizes(values.shape)), {"dims": (0,)})
     return reshape(imp, _scatter(imp, node, rows, where, values, 0, reduction), data.shape)
+
+
+@onnx_op("TensorScatter")
+def _tensor_scatter(imp: OnnxImporter, node: Any, past_cache: Any, update: Any, write_indices: Any = None, mode: str = "linear", axis: int = -2) -> Node:
+    """A KV-cache write: along ``axis``, cache position j of batch b takes update position
+    j - write_indices[b] (modulo the cache length in circular mode) where that lies in the
+    update, and keeps the past value elsewhere. Written as a gather from the update, so every
+    output element is computed once (no scatter)."""
+    if mode not in ("linear", "circular"):
+        raise LoweringError(f"TensorScatter: mode {mode!r}; ONNX takes 'linear' or 'circular'")
+    cache, upd = imp.tensor(past_cache), imp.tensor(update)
+    rank = cache.tensor_type.rank
+    a = normalize_axis(axis, rank, "TensorScatter")
+    if a == 0:
+        raise LoweringError("TensorScatter: axis may not be 0 (the batch dim)")
+    c = imp.graph.constraints
+    for d in range(rank):
+        if d != a:
+            c.assume_equal(cache.shape[d], upd.shape[d], f"TensorScatter: update dim {d} must equal the cache's")
+    c.assume(as_expr(cache.shape[a]) - upd.shape[a], ">=", 0, f"TensorScatter: the update may not be longer than the cache along axis {a}")
+    offset = positions(imp, cache.shape, a)
+    if write_indices is not None:
+        start = convert(imp, imp.tensor(write_indices), "i64")
+        offset = elementwise(imp, "sub", [offset, imp.graph.add("broadcast_in_dim", (start, *imp.sizes(cache.shape)), {"dims": (0,)})], "i64")
+    if mode == "circular":
+        offset = elementwise(imp, "remainder", [offset, imp.shape_tensor([cache.shape[a]])], "i64")
+    inside = elementwise(imp, "logical_and", [elementwise(imp, "ge", [offset, 0], "i64"), elementwise(imp, "lt", [offset, imp.shape_tensor([upd.shape[a]])], "i64")], "i1")
+    taken = imp.graph.add("gather", (upd, select(imp, inside, offset, 0, "i64")), {"axis": a})
+    return select(imp, inside, taken, cache, cache.dtype)
 
 
 @onnx_op("Expand")
