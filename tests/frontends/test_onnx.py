@@ -384,7 +384,48 @@ def _kv_cache_inputs(rng, b, s):
     return {"cache": rng.standard_normal((b, 2, 6, 3)).astype(np.float32), "update": rng.standard_normal((b, 2, s, 3)).astype(np.float32), "at": rng.integers(0, 7 - s, b).astype(np.int64)}
 
 
+def _optimizer_steps() -> onnx.ModelProto:
+    """Adam on two tensors and Nesterov momentum on one (ai.onnx.preview.training), one step."""
+    n = helper.make_node
+    nodes = [
+        n("Adam", ["r", "t", "x", "y", "gx", "gy", "vx", "vy", "hx", "hy"], ["x2", "y2", "vx2", "vy2", "hx2", "hy2"], domain="ai.onnx.preview.training", alpha=0.8, beta=0.95, epsilon=1e-4, norm_coefficient=0.01, norm_coefficient_post=0.02),
+        n("Momentum", ["r", "t", "x", "gx", "vx"], ["xm", "vm"], domain="ai.onnx.preview.training", alpha=0.9, beta=0.5, mode="nesterov", norm_coefficient=0.1),
+    ]  # fmt: skip
+    tensors = {"x": ["n", 3], "y": ["m"], "gx": ["n", 3], "gy": ["m"], "vx": ["n", 3], "vy": ["m"], "hx": ["n", 3], "hy": ["m"]}
+    inputs = [helper.make_tensor_value_info("r", F, []), helper.make_tensor_value_info("t", I, [])] + [helper.make_tensor_value_info(k, F, d) for k, d in tensors.items()]
+    outputs = [helper.make_tensor_value_info(k, F, tensors[k.removesuffix("2")]) for k in ["x2", "y2", "vx2", "vy2", "hx2", "hy2"]]
+    outputs += [helper.make_tensor_value_info("xm", F, ["n", 3]), helper.make_tensor_value_info("vm", F, ["n", 3])]
+    m = helper.make_model(helper.make_graph(nodes, "m", inputs, outputs), opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("ai.onnx.preview.training", 1)])
+    onnx.checker.check_model(m)
+    return m
+
+
+def _optimizer_inputs(rng, n, m, t):
+    feeds = {"r": np.array(0.1, np.float32), "t": np.array(t, np.int64)}
+    for k, shape in {"x": (n, 3), "y": (m,), "gx": (n, 3), "gy": (m,), "vx": (n, 3), "vy": (m,)}.items():
+        feeds[k] = rng.standard_normal(shape).astype(np.float32)
+    feeds["hx"], feeds["hy"] = rng.random((n, 3)).astype(np.float32), rng.random(m).astype(np.float32)
+    return feeds
+
+
 DYNAMIC_CASES = [
+    ("optimizer_steps_adam_and_nesterov", _optimizer_steps, _optimizer_inputs, [(1, 1, 0), (2, 5, 3), (4, 1, 1)]),
+    (
+        "batch_norm_training_and_dropout_ratio_zero",
+        lambda: _model(
+            [
+                helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "running_mean", "running_var"], training_mode=1, momentum=0.8),
+                helper.make_node("Dropout", ["y", "zero", "yes"], ["z", "mask"]),
+            ],
+            [helper.make_tensor_value_info("x", F, ["n", 3, "h"])],
+            [helper.make_tensor_value_info("z", F, ["n", 3, "h"]), helper.make_tensor_value_info("mask", TensorProto.BOOL, ["n", 3, "h"]), helper.make_tensor_value_info("running_mean", F, [3]), helper.make_tensor_value_info("running_var", F, [3])],
+            [_f32(np.random.default_rng(7), "scale", 3), _f32(np.random.default_rng(8), "bias", 3), _f32(np.random.default_rng(9), "mean", 3), numpy_helper.from_array(np.array([0.5, 1.0, 2.0], np.float32), "var"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"), numpy_helper.from_array(np.array(True), "yes")],
+            opset=15,
+        ),
+        lambda rng, n, h: {"x": rng.standard_normal((n, 3, h)).astype(np.float32) * 2 + 1},
+        [(1, 2), (2, 1), (3, 5)],
+    ),
     ("unsigned_arithmetic_shifts_and_bitcasts", _unsigned_bits_model, _unsigned_bits_inputs, [(1, 1), (1, 5), (4, 3), (2, 1)]),
     (
         "causal_conv_with_state_zero_past",
@@ -747,6 +788,9 @@ def _torch_present() -> bool:
 
 # Cases where ONNX Runtime and ONNX's reference implementation disagree: disc follows the reference.
 AGAINST_ONNX_REFERENCE = {
+    # ONNX Runtime's CPU build has no ai.onnx.preview.training ops and no BatchNormalization training mode.
+    "optimizer_steps_adam_and_nesterov",
+    "batch_norm_training_and_dropout_ratio_zero",
     # ONNX Runtime has no CausalConvWithState (opset 27) yet.
     "causal_conv_with_state_zero_past",
     "causal_conv_with_state_past_silu",

@@ -37,6 +37,7 @@ from disc.frontends.onnx.ops import (  # noqa: E402
     resize,
     sequence,
     spectral,
+    training,
 )
 
-__all__ = ["OPS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral"]
+__all__ = ["OPS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral", "training"]

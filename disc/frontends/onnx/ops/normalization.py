@@ -35,17 +35,30 @@ def _softmax(imp: OnnxImporter, node: Any, x: Any, axis: int = -1) -> Node:
 
 
 @onnx_op("BatchNormalization")
-def _batch_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, epsilon: float = 1e-5, momentum: float = 0.9, training_mode: int = 0) -> Node:
-    if training_mode or (len(node.output) > 1 and any(node.output[1:])):
-        raise LoweringError("BatchNormalization in training mode")
+def _batch_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, mean_: Any, var: Any, epsilon: float = 1e-5, momentum: float = 0.9, training_mode: int = 0) -> Node | list[Node]:
+    """Inference: the given statistics. Training (opset 14 on): the batch's mean and population
+    variance over every dim but 1, and the running statistics moved toward them by momentum."""
+    training = bool(training_mode) and imp.opset >= 14
+    if (training_mode and not training) or (not training and len(node.output) > 1 and any(node.output[1:])):
+        raise LoweringError(f"BatchNormalization in training mode at opset {imp.opset} (disc takes opset 14's form, whose outputs are Y and the running statistics)")
     x = imp.tensor(x)
     rank = x.tensor_type.rank
 
     def channel(v: Any) -> Node:
         return imp.graph.add("broadcast_in_dim", (imp.tensor(v), *imp.sizes(x.shape)), {"dims": (1,)}) if rank > 1 else imp.tensor(v)
 
+    if training:
+        others = [d for d in range(rank) if d != 1]
+        batch_mean = mean(imp, x, others, False)
+        centred = elementwise(imp, "sub", [x, channel(batch_mean)], x.dtype)
+        batch_var = mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), others, False)
+        moved = [elementwise(imp, "add", [elementwise(imp, "mul", [imp.tensor(old), float(momentum)], x.dtype), elementwise(imp, "mul", [new, 1.0 - float(momentum)], x.dtype)], x.dtype) for old, new in ((mean_, batch_mean), (var, batch_var))]
+        inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [batch_var, epsilon], x.dtype),))
+        out = elementwise(imp, "mul", [centred, channel(elementwise(imp, "mul", [inv, imp.tensor(scale)], x.dtype))], x.dtype)
+        return [elementwise(imp, "add", [out, channel(bias)], x.dtype), *moved]
+
     inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [imp.tensor(var), epsilon], x.dtype),))
-    out = elementwise(imp, "mul", [elementwise(imp, "sub", [x, channel(mean)], x.dtype), channel(elementwise(imp, "mul", [inv, imp.tensor(scale)], x.dtype))], x.dtype)
+    out = elementwise(imp, "mul", [elementwise(imp, "sub", [x, channel(mean_)], x.dtype), channel(elementwise(imp, "mul", [inv, imp.tensor(scale)], x.dtype))], x.dtype)
     return elementwise(imp, "add", [out, channel(bias)], x.dtype)
 
 
