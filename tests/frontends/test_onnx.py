@@ -408,7 +408,33 @@ def _optimizer_inputs(rng, n, m, t):
     return feeds
 
 
+def _flex_attention() -> onnx.ModelProto:
+    """FlexAttention (ai.onnx.preview) with grouped query heads, a soft-capping score_mod and a
+    prob_mod that reads the scores' shape."""
+    n = helper.make_node
+    scores = helper.make_tensor_value_info("s", F, None)
+    cap = helper.make_graph(
+        [n("Div", ["s", "cap"], ["d"]), n("Tanh", ["d"], ["t"]), n("Mul", ["t", "cap"], ["capped"])], "soft_cap", [scores], [helper.make_tensor_value_info("capped", F, None)],
+        [numpy_helper.from_array(np.array(5.0, np.float32), "cap")],
+    )  # fmt: skip
+    probs = helper.make_tensor_value_info("p", F, None)
+    rescale = helper.make_graph(
+        [n("Shape", ["p"], ["shape"]), n("Gather", ["shape", "last"], ["keys"]), n("Cast", ["keys"], ["kf"], to=F), n("Mul", ["p", "kf"], ["scaled"])], "times_keys", [probs], [helper.make_tensor_value_info("scaled", F, None)],
+        [numpy_helper.from_array(np.array(3, np.int64), "last")],
+    )  # fmt: skip
+    node = n("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", score_mod=cap, prob_mod=rescale, scale=0.3)
+    inputs = [helper.make_tensor_value_info("q", F, ["b", 4, "l", 8]), helper.make_tensor_value_info("k", F, ["b", 2, "s", 8]), helper.make_tensor_value_info("v", F, ["b", 2, "s", 6])]
+    m = helper.make_model(helper.make_graph([node], "m", inputs, [helper.make_tensor_value_info("y", F, ["b", 4, "l", 6])]), opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
+    return m
+
+
 DYNAMIC_CASES = [
+    (
+        "flex_attention_gqa_score_and_prob_mods",
+        _flex_attention,
+        lambda rng, b, l, s: {"q": rng.standard_normal((b, 4, l, 8)).astype(np.float32), "k": rng.standard_normal((b, 2, s, 8)).astype(np.float32), "v": rng.standard_normal((b, 2, s, 6)).astype(np.float32)},
+        [(1, 1, 1), (2, 3, 5), (1, 7, 2)],
+    ),
     ("optimizer_steps_adam_and_nesterov", _optimizer_steps, _optimizer_inputs, [(1, 1, 0), (2, 5, 3), (4, 1, 1)]),
     (
         "batch_norm_training_and_dropout_ratio_zero",
@@ -788,6 +814,8 @@ def _torch_present() -> bool:
 
 # Cases where ONNX Runtime and ONNX's reference implementation disagree: disc follows the reference.
 AGAINST_ONNX_REFERENCE = {
+    # ONNX Runtime has no ai.onnx.preview FlexAttention.
+    "flex_attention_gqa_score_and_prob_mods",
     # ONNX Runtime's CPU build has no ai.onnx.preview.training ops and no BatchNormalization training mode.
     "optimizer_steps_adam_and_nesterov",
     "batch_norm_training_and_dropout_ratio_zero",

@@ -41,12 +41,11 @@ class OnnxImporter(ArrayBuilder):
         """Lower ``nodes`` in order through the op table, binding their outputs by name."""
         from disc.errors import CompileError
         from disc.frontends.arrays import NeedsValue
-        from disc.frontends.onnx.ops import OPS
-        from disc.frontends.onnx.ops.training import TRAINING_OPS
+        from disc.frontends.onnx.ops import OPS, PREVIEW_DOMAINS
 
         for k, node in enumerate(nodes):
             where = f"node {node.name or k!r} ({node.op_type}, opset {self.opset})"
-            if node.domain not in ("", "ai.onnx") and not (node.domain == "ai.onnx.preview.training" and node.op_type in TRAINING_OPS):
+            if node.domain not in ("", "ai.onnx") and node.op_type not in PREVIEW_DOMAINS.get(node.domain, ()):
                 raise CompileError(f"{where}: operator domain {node.domain!r} is not supported")
             fn = OPS.get(node.op_type)
             if fn is None:

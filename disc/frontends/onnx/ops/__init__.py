@@ -13,6 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 OPS: dict[str, Callable[..., Any]] = {}
+# Ops of ONNX's preview domains the importer takes beside the default domain's (their names do
+# not clash with it).
+PREVIEW_DOMAINS = {"ai.onnx.preview.training": frozenset({"Adagrad", "Momentum", "Adam"}), "ai.onnx.preview": frozenset({"FlexAttention"})}
 
 
 def onnx_op(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -40,4 +43,4 @@ from disc.frontends.onnx.ops import (  # noqa: E402
     training,
 )
 
-__all__ = ["OPS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral", "training"]
+__all__ = ["OPS", "PREVIEW_DOMAINS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral", "training"]

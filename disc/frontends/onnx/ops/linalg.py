@@ -72,6 +72,55 @@ def _repeat_heads(imp: OnnxImporter, x: Node, reps: int) -> Node:
     return reshape(imp, wide, [b, as_expr(h) * reps, s, d])
 
 
+def _call_body(imp: OnnxImporter, body: Any, args: list[Node]) -> Node:
+    """A one-output subgraph (FlexAttention's score_mod, prob_mod) applied to ``args``: its inputs
+    bound to them, its nodes lowered in the enclosing scope, its output returned."""
+    if len(body.input) != len(args) or len(body.output) != 1:
+        raise LoweringError(f"subgraph {body.name!r} takes {len(body.input)} inputs and gives {len(body.output)} outputs; expected {len(args)} and 1")
+    saved = dict(imp.values)
+    try:
+        imp.values.update({vi.name: a for vi, a in zip(body.input, args)})
+        (out,) = imp.run_subgraph(body)
+    finally:
+        imp.values = saved
+    result = imp.tensor(out)
+    if not imp.graph.constraints.prove_same_shape(result.shape, args[0].shape) or result.dtype != args[0].dtype:
+        raise LoweringError(f"subgraph {body.name!r} must keep its input's shape and type: {args[0].dtype}{list(args[0].shape)} became {result.dtype}{list(result.shape)}")
+    return result
+
+
+@onnx_op("FlexAttention")
+def _flex_attention(imp: OnnxImporter, node: Any, q: Any, k: Any, v: Any, scale: float | None = None, score_mod: Any = None, prob_mod: Any = None, softmax_precision: int | None = None) -> Node:
+    """Scores (Q and K each scaled by sqrt(scale), as ONNX's reference), score_mod, softmax,
+    prob_mod, then the values: in softmax_precision (float32 unless the inputs are double),
+    the result in V's type. K/V heads are shared by consecutive query heads (GQA)."""
+    q, k, v = imp.tensor(q), imp.tensor(k), imp.tensor(v)
+    if q.tensor_type.rank != 4 or k.tensor_type.rank != 4 or v.tensor_type.rank != 4:
+        raise LoweringError(f"FlexAttention takes rank-4 Q, K, V (ranks {q.tensor_type.rank}, {k.tensor_type.rank}, {v.tensor_type.rank})")
+    hq, hk = known_dim(q.shape[1]), known_dim(k.shape[1])
+    if hq is None or hk is None or hq % hk:
+        raise LoweringError(f"FlexAttention: query heads ({q.shape[1]}) must be a known multiple of key/value heads ({k.shape[1]})")
+    if hq != hk:
+        k, v = _repeat_heads(imp, k, hq // hk), _repeat_heads(imp, v, hq // hk)
+    if scale is None:
+        size = known_dim(q.shape[3])
+        if size is None:
+            raise LoweringError(f"FlexAttention without a scale needs a known head size (dim 3 of Q: {q.shape[3]})")
+        scale = 1.0 / float(np.sqrt(size))
+    work = ELEM_TYPES.get(softmax_precision, "f32") if softmax_precision else ("f64" if q.dtype == "f64" else "f32")
+    root = float(np.sqrt(np.float32(scale)))
+    qs, ks = elementwise(imp, "mul", [q, root], q.dtype), elementwise(imp, "mul", [k, root], k.dtype)
+    scores = convert(imp, batched_matmul(imp, qs, imp.graph.add("transpose", (ks,), {"perm": (0, 1, 3, 2)})), work)
+    if score_mod is not None:
+        scores = _call_body(imp, score_mod, [scores])
+    shifted = elementwise(imp, "sub", [scores, reduce(imp, scores, [3], "max", True)], work)
+    e = imp.graph.add("exp", (shifted,))
+    probs = elementwise(imp, "div", [e, reduce(imp, e, [3], "sum", True)], work)
+    if prob_mod is not None:
+        probs = _call_body(imp, prob_mod, [probs])
+    return convert(imp, batched_matmul(imp, probs, convert(imp, v, work)), v.dtype)
+
+
 def _attention_allowed(imp: OnnxImporter, sq: DimLike, skv: DimLike, offset: Any, causal: bool, left: int, right: int, nonpad: Node | None) -> Node | None:
     """Which (query, key) pairs may attend, or None for all: the causal frontier key <= query +
     offset, a sliding window around query + offset, and keys before each batch entry's

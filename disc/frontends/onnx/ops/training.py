@@ -16,9 +16,6 @@ from disc.frontends.onnx.ops import onnx_op
 from disc.ir.builder import LoweringError, convert, elementwise, select
 from disc.ir.graph import Node
 
-# Ops of the ai.onnx.preview.training domain the importer takes (with the default domain's).
-TRAINING_OPS = frozenset({"Adagrad", "Momentum", "Adam"})
-
 
 def _groups(imp: OnnxImporter, node: Any, tensors: tuple[Any, ...], kinds: int) -> list[list[Node]]:
     """``tensors`` split into ``kinds`` equal groups (X, G, then the states), each as f64 nodes."""
