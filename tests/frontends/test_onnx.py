@@ -428,7 +428,32 @@ def _flex_attention() -> onnx.ModelProto:
     return m
 
 
+def _regions(rng, n, h, w, r):
+    corners = rng.uniform(-2, 1.2, (r, 2)) * [w, h]
+    sizes = rng.uniform(0.1, 1.5, (r, 2)) * [w, h]
+    boxes = np.concatenate([corners, corners + sizes], axis=1).astype(np.float32)
+    return {"x": rng.standard_normal((n, 3, h, w)).astype(np.float32), "rois": boxes, "batch": rng.integers(0, n, r).astype(np.int64)}
+
+
+def _roi_align(**attrs) -> onnx.ModelProto:
+    return _one_node("RoiAlign", [("x", F, ["n", 3, "h", "w"]), ("rois", F, ["r", 4]), ("batch", I, ["r"])], [("y", F, ["r", 3, 2, 3])], opset=16, output_height=2, output_width=3, sampling_ratio=2, **attrs)
+
+
 DYNAMIC_CASES = [
+    ("roi_align_avg_half_pixel", lambda: _roi_align(spatial_scale=0.5), _regions, [(1, 1, 1, 1), (2, 5, 7, 3), (1, 9, 4, 6)]),
+    ("roi_align_max_output_half_pixel", lambda: _roi_align(mode="max", coordinate_transformation_mode="output_half_pixel"), _regions, [(1, 1, 1, 1), (2, 6, 5, 4), (3, 2, 8, 2)]),
+    (
+        "determinants_of_1_3_and_4_square_matrices",
+        lambda: _model(
+            [helper.make_node("Det", [f"a{k}"], [f"d{k}"]) for k in (1, 3, 4)],
+            [helper.make_tensor_value_info(f"a{k}", F, ["b", k, k]) for k in (1, 3, 4)],
+            [helper.make_tensor_value_info(f"d{k}", F, ["b"]) for k in (1, 3, 4)],
+            [],
+            opset=13,
+        ),
+        lambda rng, b: {f"a{k}": rng.standard_normal((b, k, k)).astype(np.float32) for k in (1, 3, 4)},
+        [(1,), (5,)],
+    ),
     (
         "flex_attention_gqa_score_and_prob_mods",
         _flex_attention,

@@ -72,6 +72,39 @@ def _repeat_heads(imp: OnnxImporter, x: Node, reps: int) -> Node:
     return reshape(imp, wide, [b, as_expr(h) * reps, s, d])
 
 
+@onnx_op("Det")
+def _det(imp: OnnxImporter, node: Any, x: Any) -> Node:
+    """The determinant of each [n, n] matrix of the last two dims, n known and at most 4: the sum
+    over permutations of signed products (24 terms at n = 4), in float64 and rounded once, which
+    for such n is as accurate as an LU factorisation and needs no pivoting."""
+    import itertools
+
+    a = imp.tensor(x)
+    rank = a.tensor_type.rank
+    n, m = (known_dim(d) for d in a.shape[-2:]) if rank >= 2 else (None, None)
+    if n is None or n != m or not 1 <= n <= 4:
+        raise LoweringError(f"Det of matrices {a.shape[-2:] if rank >= 2 else a.shape}: disc takes square ones of a known size up to 4")
+    batch = list(a.shape[:-2])
+    wide = convert(imp, a, "f64")
+
+    def entry(i: int, j: int) -> Node:
+        row = imp.graph.add("slice", (wide, imp.index(i), imp.index(i + 1)), {"axis": rank - 2, "step": 1})
+        return reshape(imp, imp.graph.add("slice", (row, imp.index(j), imp.index(j + 1)), {"axis": rank - 1, "step": 1}), batch)
+
+    cells = {(i, j): entry(i, j) for i in range(n) for j in range(n)}
+    total = None
+    for perm in itertools.permutations(range(n)):
+        inversions = sum(perm[i] > perm[j] for i in range(n) for j in range(i + 1, n))
+        term = cells[0, perm[0]]
+        for i in range(1, n):
+            term = elementwise(imp, "mul", [term, cells[i, perm[i]]], "f64")
+        if total is None:
+            total = term if inversions % 2 == 0 else elementwise(imp, "neg", [term], "f64")
+        else:
+            total = elementwise(imp, "sub" if inversions % 2 else "add", [total, term], "f64")
+    return convert(imp, total, a.dtype)
+
+
 def _call_body(imp: OnnxImporter, body: Any, args: list[Node]) -> Node:
     """A one-output subgraph (FlexAttention's score_mod, prob_mod) applied to ``args``: its inputs
     bound to them, its nodes lowered in the enclosing scope, its output returned."""

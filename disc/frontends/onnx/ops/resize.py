@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -316,3 +317,81 @@ def _keys_cubic(imp: OnnxImporter, t: Node, a: float = -0.75) -> Node:
     near = op("add", op("mul", op("mul", op("sub", op("mul", t, a + 2), a + 3), t), t), 1.0)
     far = op("sub", op("mul", op("add", op("mul", op("sub", op("mul", t, a), 5 * a), t), 8 * a), t), 4 * a)
     return select(imp, op("le", t, 1.0), near, far, "f64")
+
+
+@onnx_op("RoiAlign")
+def _roi_align(
+    imp: OnnxImporter, node: Any, x: Any, rois: Any, batch_indices: Any, coordinate_transformation_mode: str = "half_pixel", mode: str = "avg",
+    output_height: int = 1, output_width: int = 1, sampling_ratio: int = 0, spatial_scale: float = 1.0,
+) -> Node:
+    """Each region's [output_height, output_width] bins, each the average (or max) of a fixed
+    sampling_ratio x sampling_ratio grid of bilinear samples of its image, as ONNX's reference
+    computes them: sample positions in float64, a sample more than one pixel outside the image
+    counts as 0, one inside the last pixel row or column reads that row or column."""
+    if mode not in ("avg", "max") or coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):
+        raise LoweringError(f"RoiAlign: mode {mode!r} and coordinate_transformation_mode {coordinate_transformation_mode!r}; ONNX takes avg/max and half_pixel/output_half_pixel")
+    if sampling_ratio <= 0:
+        raise LoweringError("RoiAlign with an adaptive sampling grid (sampling_ratio 0: a grid per region's size, which disc's fixed shapes cannot hold); give sampling_ratio > 0")
+    data, boxes = imp.tensor(x), convert(imp, imp.tensor(rois), "f64")
+    n, channels, height, width = data.shape
+    regions = boxes.shape[0]
+    half_pixel = coordinate_transformation_mode == "half_pixel"
+    grid = int(sampling_ratio)
+
+    def corner(k: int) -> Node:
+        picked = imp.graph.add("slice", (boxes, imp.index(k), imp.index(k + 1)), {"axis": 1, "step": 1})
+        return elementwise(imp, "sub", [elementwise(imp, "mul", [picked, float(spatial_scale)], "f64"), 0.5 if half_pixel else 0.0], "f64")  # [R, 1]
+
+    def samples(start: Node, end: Node, bins: int, size: DimLike) -> tuple[list[Node], list[Node], Node]:
+        """Along one axis: the low and high pixel of each sample ([R, bins * grid], i64), their
+        weights, and whether the sample lies within a pixel of the image."""
+        extent = elementwise(imp, "sub", [end, start], "f64")
+        if not half_pixel:
+            extent = elementwise(imp, "maximum", [extent, 1.0], "f64")
+        step = elementwise(imp, "div", [extent, float(bins)], "f64")
+        index = np.arange(bins * grid)
+        whole, part = (imp.graph.add_constant(v.astype(np.float64)) for v in (index // grid, index % grid + 0.5))
+        at = elementwise(imp, "add", [elementwise(imp, "add", [start, elementwise(imp, "mul", [step, whole], "f64")], "f64"), elementwise(imp, "div", [elementwise(imp, "mul", [step, part], "f64"), float(grid)], "f64")], "f64")
+        limit = convert(imp, imp.shape_tensor([size]), "f64")
+        inside = elementwise(imp, "logical_and", [elementwise(imp, "ge", [at, -1.0], "f64"), elementwise(imp, "le", [at, limit], "f64")], "i1")
+        at = elementwise(imp, "maximum", [at, 0.0], "f64")
+        last = elementwise(imp, "sub", [limit, 1.0], "f64")
+        low = imp.graph.add("floor", (at,))
+        edge = elementwise(imp, "ge", [low, last], "f64")
+        low = select(imp, edge, last, low, "f64")
+        at = select(imp, edge, low, at, "f64")
+        high = select(imp, edge, low, elementwise(imp, "add", [low, 1.0], "f64"), "f64")
+        frac = elementwise(imp, "sub", [at, low], "f64")
+        return [convert(imp, low, "i64"), convert(imp, high, "i64")], [elementwise(imp, "sub", [1.0, frac], "f64"), frac], inside
+
+    y_at, y_w, y_in = samples(corner(1), corner(3), int(output_height), height)
+    x_at, x_w, x_in = samples(corner(0), corner(2), int(output_width), width)
+    py, px = int(output_height) * grid, int(output_width) * grid
+    spots = [regions, py, px]
+
+    def outer(a: Node, b: Node, op: str, dtype: str) -> Node:  # [R, py] op [R, px] -> [R, py, px]
+        wide_a = imp.graph.add("broadcast_in_dim", (a, *imp.sizes(spots)), {"dims": (0, 1)})
+        wide_b = imp.graph.add("broadcast_in_dim", (b, *imp.sizes(spots)), {"dims": (0, 2)})
+        return elementwise(imp, op, [wide_a, wide_b], dtype)
+
+    inside = outer(y_in, x_in, "logical_and", "i1")
+    images = imp.graph.add("index_select", (reshape(imp, data, [n, channels, as_expr(height) * width]), convert(imp, imp.tensor(batch_indices), "i64")), {"axis": 0})
+    width_t = imp.shape_tensor([width])
+    taps = []
+    for (yi, wy), (xi, wx) in itertools.product(zip(y_at, y_w), zip(x_at, x_w)):
+        flat = outer(elementwise(imp, "mul", [yi, width_t], "i64"), xi, "add", "i64")
+        weight = select(imp, inside, outer(wy, wx, "mul", "f64"), 0.0, "f64")
+        flat = select(imp, inside, flat, 0, "i64")
+        index = imp.graph.add("broadcast_in_dim", (reshape(imp, flat, [regions, py * px]), *imp.sizes([regions, channels, py * px])), {"dims": (0, 2)})
+        value = convert(imp, imp.graph.add("gather", (images, index), {"axis": 2}), "f64")
+        taps.append(elementwise(imp, "mul", [value, imp.graph.add("broadcast_in_dim", (reshape(imp, weight, [regions, py * px]), *imp.sizes([regions, channels, py * px])), {"dims": (0, 2)})], "f64"))
+    if mode == "avg":
+        per_sample = functools.reduce(lambda a, b: elementwise(imp, "add", [a, b], "f64"), taps)
+    else:
+        per_sample = functools.reduce(lambda a, b: elementwise(imp, "maximum", [a, b], "f64"), taps)
+    bins = reshape(imp, per_sample, [regions, channels, int(output_height), grid, int(output_width), grid])
+    if mode == "avg":
+        out = elementwise(imp, "div", [imp.graph.add("reduce", (bins,), {"dims": (3, 5), "kind": "sum", "keepdim": False}), float(grid * grid)], "f64")
+    else:
+        out = imp.graph.add("reduce", (bins,), {"dims": (3, 5), "kind": "max", "keepdim": False})
+    return convert(imp, out, data.dtype)
