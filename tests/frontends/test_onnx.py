@@ -440,6 +440,21 @@ def _roi_align(**attrs) -> onnx.ModelProto:
 
 
 DYNAMIC_CASES = [
+    *[
+        (
+            f"resize_antialias_{mode}_downsampling",
+            lambda mode=mode: _model(
+                [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, antialias=1, exclude_outside=int(mode == "cubic"))],
+                [helper.make_tensor_value_info("x", F, ["n", 2, "h", "w"])],
+                [helper.make_tensor_value_info("y", F, ["n", 2, "oh", "ow"])],
+                [numpy_helper.from_array(np.array([1, 1, 0.5, 0.25], np.float32), "scales")],
+                opset=18,
+            ),
+            lambda rng, n, h, w: {"x": rng.standard_normal((n, 2, h, w)).astype(np.float32)},
+            [(1, 2, 4), (2, 6, 9), (1, 11, 17)],
+        )
+        for mode in ("linear", "cubic")
+    ],
     ("roi_align_avg_half_pixel", lambda: _roi_align(spatial_scale=0.5), _regions, [(1, 1, 1, 1), (2, 5, 7, 3), (1, 9, 4, 6)]),
     ("roi_align_max_output_half_pixel", lambda: _roi_align(mode="max", coordinate_transformation_mode="output_half_pixel"), _regions, [(1, 1, 1, 1), (2, 6, 5, 4), (3, 2, 8, 2)]),
     (

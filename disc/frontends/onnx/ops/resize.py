@@ -100,8 +100,13 @@ def _resize(
     if len(outs) != len(chosen):
         raise LoweringError(f"Resize: {len(outs)} scales or sizes for {len(chosen)} axes")
     roi_list = known_floats(roi, "roi") if coordinate_transformation_mode == "tf_crop_and_resize" else None
-    if antialias and mode != "nearest" and any(r is None or r < 1 for r in ratios):
-        raise LoweringError("Resize with antialias when downsampling")
+    if antialias and mode != "nearest":  # the filter widens with the downsampling: its scale must be known
+        for j, (r, n_in, n_out) in enumerate(zip(ratios, ins, outs)):
+            if r is None:
+                known_in = known_dim(n_in)
+                if known_in is None or not isinstance(n_out, int):
+                    raise LoweringError(f"Resize with antialias to sizes {outs} of dims {ins} not known when the model is compiled (the filter's width depends on the scale)")
+                ratios[j] = n_out / known_in
 
     out = x
     for j in reversed(range(len(chosen))):
@@ -109,11 +114,15 @@ def _resize(
         crop = (roi_list[j], roi_list[j + len(chosen)]) if roi_list is not None else None
         if crop is None and ratio in (None, 1.0) and imp.graph.constraints.prove_equal(n_in, n_out):
             continue  # the identity on this axis, in every coordinate mode but cropping
-        out = _resize_axis(imp, out, a, n_in, n_out, ratio, mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, bool(exclude_outside), extrapolation_value, crop)
+        wide = bool(antialias) and mode != "nearest" and ratio is not None and ratio < 1
+        out = _resize_axis(imp, out, a, n_in, n_out, ratio, mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, bool(exclude_outside), extrapolation_value, crop, wide)
     return out
 
 
-def _resize_axis(imp: OnnxImporter, x: Node, axis: int, n_in: DimLike, n_out: DimLike, ratio: float | None, mode: str, coords: str, nearest_mode: str, a: float, exclude_outside: bool, extrapolation: float, crop: tuple[float, float] | None) -> Node:
+def _resize_axis(
+    imp: OnnxImporter, x: Node, axis: int, n_in: DimLike, n_out: DimLike, ratio: float | None, mode: str, coords: str, nearest_mode: str, a: float, exclude_outside: bool,
+    extrapolation: float, crop: tuple[float, float] | None, antialias: bool = False,
+) -> Node:
     def f64(v: Any) -> Node:
         return convert(imp, imp.graph.add("index_to_tensor", (imp.index(v),), {"dtype": "i64"}), "f64") if not isinstance(v, float) else scalar(imp, v, "f64")
 
@@ -160,12 +169,15 @@ def _resize_axis(imp: OnnxImporter, x: Node, axis: int, n_in: DimLike, n_out: Di
     else:
         r = op("sub", pos, floor)
         base = convert(imp, floor, "i64")
-        if mode == "linear":
+        if antialias:
+            indices, weights = _antialias_taps(imp, pos, floor, float(ratio), mode, a)  # type: ignore[arg-type]
+        elif mode == "linear":
             offsets, weights = [0, 1], [op("sub", 1.0, r), r]
         else:
             offsets = [-1, 0, 1, 2]
             weights = [_keys_cubic(imp, op("add", r, 1.0), a), _keys_cubic(imp, r, a), _keys_cubic(imp, op("sub", 1.0, r), a), _keys_cubic(imp, op("sub", 2.0, r), a)]
-        indices = [elementwise(imp, "add", [base, k], "i64") for k in offsets]
+        if not antialias:
+            indices = [elementwise(imp, "add", [base, k], "i64") for k in offsets]
         if exclude_outside:
             inside = [convert(imp, elementwise(imp, "logical_and", [elementwise(imp, "ge", [i, 0], "i64"), elementwise(imp, "le", [i, last], "i64")], "i1"), "f64") for i in indices]
             weights = [op("mul", w, m) for w, m in zip(weights, inside)]
@@ -182,6 +194,40 @@ def _resize_axis(imp: OnnxImporter, x: Node, axis: int, n_in: DimLike, n_out: Di
         outside = elementwise(imp, "logical_or", [op("lt", pos, 0.0), op("gt", pos, op("sub", size_in, 1.0))], "i1")
         out = select(imp, along(outside, out), extrapolation, out, out.dtype)
     return out
+
+
+def _antialias_taps(imp: OnnxImporter, pos: Node, floor: Node, scale: float, mode: str, a: float) -> tuple[list[Node], list[Node]]:
+    """Downsampling by ``scale`` < 1 with antialias: the linear (triangle) or cubic kernel
+    stretched by 1/scale, so each output averages n = 2 - 2 * start inputs (start = floor(-1/scale)
+    + 1, or -2/scale for cubic), weights normalised to sum to 1. The taps are the n inputs nearest
+    the source coordinate, ties to the lower index, as ONNX's reference takes them."""
+
+    def op(name: str, *xs: Any) -> Node:
+        return elementwise(imp, name, list(xs), "f64")
+
+    start = int(np.floor((-1.0 if mode == "linear" else -2.0) / scale) + 1)
+    n = 2 - 2 * start
+    # The kernel's phase: pos's fraction, or 1 at an integer (the pixel on the left, as the reference).
+    phase = select(imp, op("eq", pos, floor), 1.0, op("sub", pos, floor), "f64")
+    raw = []
+    for i in range(start, start + n):
+        t = op("abs", op("mul", op("sub", float(i), phase), scale))
+        if mode == "linear":
+            raw.append(op("maximum", op("sub", 1.0, t), 0.0))
+        else:
+            raw.append(select(imp, op("lt", t, 2.0), _keys_cubic(imp, t, a), 0.0, "f64"))
+    total = functools.reduce(lambda u, v: op("add", u, v), raw)
+    weights = [op("div", w, total) for w in raw]
+    pad = (n + 1) // 2
+    shifted = op("add", pos, float(pad))
+    p = imp.graph.add("floor", (shifted,))
+    frac = op("sub", shifted, p)
+    if n % 2 == 0:  # window centres at half-integers: at an integer, the lower one
+        offset = select(imp, op("eq", frac, 0.0), float(-(n // 2)), float(-(n // 2) + 1), "f64")
+    else:
+        offset = select(imp, op("le", frac, 0.5), float(-((n - 1) // 2)), float(-((n - 1) // 2) + 1), "f64")
+    first = convert(imp, op("sub", op("add", p, offset), float(pad)), "i64")
+    return [elementwise(imp, "add", [first, k], "i64") for k in range(n)], weights
 
 
 _GRID_MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic", "cubic": "cubic"}
