@@ -442,6 +442,18 @@ def _roi_align(**attrs) -> onnx.ModelProto:
 DYNAMIC_CASES = [
     *[
         (
+            f"tfidf_vectorizer_{mode.lower()}_uni_bi_trigrams_skip2",
+            lambda mode=mode: _one_node(
+                "TfIdfVectorizer", [("x", TensorProto.INT32, ["n", "c"])], [("y", F, ["n", 7])], opset=13, mode=mode, min_gram_length=1, max_gram_length=3, max_skip_count=2,
+                ngram_counts=[0, 3, 7], ngram_indexes=[6, 0, 1, 2, 3, 5, 4], pool_int64s=[1, 2, 3, 1, 2, 2, 3, 1, 2, 3], weights=[0.5, 1, 2, 3, 4, 5, 6],
+            ),
+            lambda rng, n, c: {"x": rng.integers(0, 4, (n, c)).astype(np.int32)},
+            [(1, 1), (1, 2), (3, 9), (2, 4)],
+        )
+        for mode in ("TF", "IDF", "TFIDF")
+    ],
+    *[
+        (
             f"resize_antialias_{mode}_downsampling",
             lambda mode=mode: _model(
                 [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, antialias=1, exclude_outside=int(mode == "cubic"))],
@@ -854,6 +866,8 @@ def _torch_present() -> bool:
 
 # Cases where ONNX Runtime and ONNX's reference implementation disagree: disc follows the reference.
 AGAINST_ONNX_REFERENCE = {
+    # (TfIdfVectorizer's weights: ONNX Runtime applies weight i to pool n-gram i, as the spec says;
+    # ONNX's reference applies it to output column i. These cases run against ONNX Runtime.)
     # ONNX Runtime has no ai.onnx.preview FlexAttention.
     "flex_attention_gqa_score_and_prob_mods",
     # ONNX Runtime's CPU build has no ai.onnx.preview.training ops and no BatchNormalization training mode.

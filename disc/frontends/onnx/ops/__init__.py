@@ -40,7 +40,8 @@ from disc.frontends.onnx.ops import (  # noqa: E402
     resize,
     sequence,
     spectral,
+    text,
     training,
 )
 
-__all__ = ["OPS", "PREVIEW_DOMAINS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral", "training"]
+__all__ = ["OPS", "PREVIEW_DOMAINS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral", "text", "training"]
