@@ -439,7 +439,28 @@ def _roi_align(**attrs) -> onnx.ModelProto:
     return _one_node("RoiAlign", [("x", F, ["n", 3, "h", "w"]), ("rois", F, ["r", 4]), ("batch", I, ["r"])], [("y", F, ["r", 3, 2, 3])], opset=16, output_height=2, output_width=3, sampling_ratio=2, **attrs)
 
 
+def _deform_inputs(rng, n, h, w):
+    oh, ow = (h + 2 - 2 - 1) // 2 + 1, (w + 2 - 2 - 1) // 2 + 1  # pads 1, kernel 2 dilated by 2 (extent 3), stride 2
+    return {
+        "x": rng.standard_normal((n, 4, h, w)).astype(np.float32),
+        "offset": (rng.standard_normal((n, 2 * 2 * 2 * 2, oh, ow)) * 1.5).astype(np.float32),
+        "mask": rng.random((n, 2 * 2 * 2, oh, ow)).astype(np.float32),
+    }
+
+
 DYNAMIC_CASES = [
+    (
+        "deform_conv_groups_offset_groups_mask_bias",
+        lambda: _model(
+            [helper.make_node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], group=2, offset_group=2, strides=[2, 2], pads=[1, 1, 1, 1], dilations=[2, 2], kernel_shape=[2, 2])],
+            [helper.make_tensor_value_info("x", F, ["n", 4, "h", "w"]), helper.make_tensor_value_info("offset", F, ["n", 16, "oh", "ow"]), helper.make_tensor_value_info("mask", F, ["n", 8, "oh", "ow"])],
+            [helper.make_tensor_value_info("y", F, ["n", 6, "oh", "ow"])],
+            [_f32(np.random.default_rng(12), "w", 6, 2, 2, 2, scale=1.0), _f32(np.random.default_rng(13), "b", 6)],
+            opset=22,
+        ),
+        _deform_inputs,
+        [(1, 2, 2), (2, 5, 7), (1, 8, 3)],
+    ),
     *[
         (
             f"tfidf_vectorizer_{mode.lower()}_uni_bi_trigrams_skip2",

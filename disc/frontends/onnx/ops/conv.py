@@ -13,10 +13,14 @@ from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim
 from disc.ir.builder import (
     LoweringError,
+    batched_matmul,
+    convert,
     elementwise,
     mean,
+    positions,
     reduce,
     reshape,
+    select,
 )
 from disc.ir.graph import Node
 from disc.ir.types import numpy_dtype
@@ -284,3 +288,67 @@ def _lrn(imp: OnnxImporter, node: Any, x: Any, size: int, alpha: float = 1e-4, b
     squares = imp.graph.add("reduce_window", (elementwise(imp, "mul", [x, x], x.dtype),), {"kind": "sum", "ceil_mode": False, **window})
     base = elementwise(imp, "add", [elementwise(imp, "mul", [squares, alpha / size], x.dtype), bias], x.dtype)
     return elementwise(imp, "div", [x, elementwise(imp, "pow", [base, beta], x.dtype)], x.dtype)
+
+
+@onnx_op("DeformConv")
+def _deform_conv(
+    imp: OnnxImporter, node: Any, x: Any, w: Any, offset: Any, b: Any = None, mask: Any = None, dilations: Any = None, group: int = 1, kernel_shape: Any = None,
+    offset_group: int = 1, pads: Any = None, strides: Any = None,
+) -> Node:
+    """2-D deformable convolution: each kernel tap reads the input bilinearly at its regular
+    position plus a learned offset (zero outside the image), scaled by the mask; the sampled
+    columns [N, C * kh * kw, oh * ow] then meet the weights in one batched GEMM per group."""
+    data, weight, shift = imp.tensor(x), imp.tensor(w), imp.tensor(offset)
+    if data.tensor_type.rank != 4:
+        raise LoweringError(f"DeformConv of a rank-{data.tensor_type.rank} input (disc takes the 2-D case, [N, C, H, W])")
+    kh, kw = (known_dim(d) for d in weight.shape[2:])
+    channels, out_channels = known_dim(data.shape[1]), known_dim(weight.shape[0])
+    if None in (kh, kw, channels, out_channels) or channels % group or out_channels % group or channels % offset_group:
+        raise LoweringError(f"DeformConv: kernel {weight.shape[2:]}, channels {data.shape[1]} -> {weight.shape[0]} must be known and divisible by group={group} and offset_group={offset_group}")
+    n, _, height, width = data.shape
+    oh, ow = shift.shape[2], shift.shape[3]
+    taps, spots = kh * kw, as_expr(oh) * ow
+    (sh, sw), (dh, dw) = list(strides or [1, 1]), list(dilations or [1, 1])
+    top, left = list(pads or [0, 0, 0, 0])[:2]
+
+    def op(name: str, *xs: Any) -> Node:
+        return elementwise(imp, name, list(xs), "f64")
+
+    offsets = convert(imp, reshape(imp, shift, [n, offset_group, taps, 2, spots]), "f64")
+
+    def coordinate(axis: int, stride: int, dilation: int, start: int, kernel_step: np.ndarray) -> Node:
+        """Sample positions along one image axis: [N, offset groups, taps, oh * ow]."""
+        along = imp.graph.add("slice", (offsets, imp.index(axis), imp.index(axis + 1)), {"axis": 3, "step": 1})
+        grid = [n, offset_group, taps, spots]
+        out_pos = convert(imp, positions(imp, [oh, ow], axis), "f64")
+        base = imp.graph.add("broadcast_in_dim", (reshape(imp, op("add", op("mul", out_pos, float(stride)), float(-start)), [spots]), *imp.sizes(grid)), {"dims": (3,)})
+        kernel = imp.graph.add("broadcast_in_dim", (imp.graph.add_constant(kernel_step * float(dilation)), *imp.sizes(grid)), {"dims": (2,)})
+        return op("add", op("add", base, kernel), reshape(imp, along, grid))
+
+    ky, kx = np.divmod(np.arange(taps), kw)
+    ys, xs = coordinate(0, sh, dh, top, ky.astype(np.float64)), coordinate(1, sw, dw, left, kx.astype(np.float64))
+    y0, x0 = imp.graph.add("floor", (ys,)), imp.graph.add("floor", (xs,))
+    fy, fx = op("sub", ys, y0), op("sub", xs, x0)
+    per_group = channels // offset_group
+    images = reshape(imp, data, [n, offset_group, per_group, as_expr(height) * width])
+    limit_h, limit_w = convert(imp, imp.shape_tensor([height]), "f64"), convert(imp, imp.shape_tensor([width]), "f64")
+    sampled = None
+    for cy, wy in ((y0, op("sub", 1.0, fy)), (op("add", y0, 1.0), fy)):
+        for cx, wx in ((x0, op("sub", 1.0, fx)), (op("add", x0, 1.0), fx)):
+            inside = elementwise(imp, "logical_and", [elementwise(imp, "logical_and", [op("ge", cy, 0.0), op("lt", cy, limit_h)], "i1"), elementwise(imp, "logical_and", [op("ge", cx, 0.0), op("lt", cx, limit_w)], "i1")], "i1")
+            flat = select(imp, inside, convert(imp, op("add", op("mul", cy, limit_w), cx), "i64"), 0, "i64")
+            weight_here = select(imp, inside, op("mul", wy, wx), 0.0, "f64")  # [N, og, taps, P]
+            index = imp.graph.add("broadcast_in_dim", (reshape(imp, flat, [n, offset_group, as_expr(spots) * taps]), *imp.sizes([n, offset_group, per_group, as_expr(spots) * taps])), {"dims": (0, 1, 3)})
+            value = convert(imp, imp.graph.add("gather", (images, index), {"axis": 3}), "f64")
+            spread = imp.graph.add("broadcast_in_dim", (reshape(imp, weight_here, [n, offset_group, as_expr(spots) * taps]), *imp.sizes([n, offset_group, per_group, as_expr(spots) * taps])), {"dims": (0, 1, 3)})
+            term = op("mul", value, spread)
+            sampled = term if sampled is None else op("add", sampled, term)
+    if mask is not None:
+        scale = convert(imp, reshape(imp, imp.tensor(mask), [n, offset_group, as_expr(spots) * taps]), "f64")
+        sampled = op("mul", sampled, imp.graph.add("broadcast_in_dim", (scale, *imp.sizes([n, offset_group, per_group, as_expr(spots) * taps])), {"dims": (0, 1, 3)}))
+    columns = reshape(imp, sampled, [n, group, (channels // group) * taps, spots])  # (channel, tap) rows, spots columns
+    kernels = imp.graph.add("broadcast_in_dim", (convert(imp, reshape(imp, weight, [group, out_channels // group, (channels // group) * taps]), "f64"), *imp.sizes([n, group, out_channels // group, (channels // group) * taps])), {"dims": (1, 2, 3)})
+    out = reshape(imp, batched_matmul(imp, kernels, columns), [n, out_channels, oh, ow])
+    if b is not None:
+        out = op("add", out, imp.graph.add("broadcast_in_dim", (convert(imp, imp.tensor(b), "f64"), *imp.sizes([n, out_channels, oh, ow])), {"dims": (1,)}))
+    return convert(imp, out, data.dtype)
