@@ -346,9 +346,10 @@ def _deform_conv(
     if mask is not None:
         scale = convert(imp, reshape(imp, imp.tensor(mask), [n, offset_group, as_expr(spots) * taps]), "f64")
         sampled = op("mul", sampled, imp.graph.add("broadcast_in_dim", (scale, *imp.sizes([n, offset_group, per_group, as_expr(spots) * taps])), {"dims": (0, 1, 3)}))
-    columns = reshape(imp, sampled, [n, group, (channels // group) * taps, spots])  # (channel, tap) rows, spots columns
-    kernels = imp.graph.add("broadcast_in_dim", (convert(imp, reshape(imp, weight, [group, out_channels // group, (channels // group) * taps]), "f64"), *imp.sizes([n, group, out_channels // group, (channels // group) * taps])), {"dims": (1, 2, 3)})
+    # (channel, tap) rows, spots columns; the GEMM in the data's type, as a convolution's
+    columns = convert(imp, reshape(imp, sampled, [n, group, (channels // group) * taps, spots]), data.dtype)
+    kernels = imp.graph.add("broadcast_in_dim", (reshape(imp, weight, [group, out_channels // group, (channels // group) * taps]), *imp.sizes([n, group, out_channels // group, (channels // group) * taps])), {"dims": (1, 2, 3)})
     out = reshape(imp, batched_matmul(imp, kernels, columns), [n, out_channels, oh, ow])
     if b is not None:
-        out = op("add", out, imp.graph.add("broadcast_in_dim", (convert(imp, imp.tensor(b), "f64"), *imp.sizes([n, out_channels, oh, ow])), {"dims": (1,)}))
-    return convert(imp, out, data.dtype)
+        out = elementwise(imp, "add", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes([n, out_channels, oh, ow])), {"dims": (1,)})], data.dtype)
+    return out
