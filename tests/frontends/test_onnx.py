@@ -931,3 +931,120 @@ def test_ops_compile_once_and_match_onnx_runtime_over_a_shape_stream(name, model
             if w.dtype.kind in "uib":
                 assert np.array_equal(g, w), dims  # exact (allclose of 64-bit integers goes through float64)
             assert np.allclose(g, w, rtol=1e-4, atol=1e-5), (dims, np.abs(g.astype(np.float64) - w).max())
+
+
+def _sequence_model() -> onnx.ModelProto:
+    """A sequence in (one element inserted, each element doubled by SequenceMap, all joined) and
+    a sequence out (a tensor split into pieces)."""
+    n = helper.make_node
+    seq_of = lambda name, dims: helper.make_tensor_sequence_value_info(name, F, dims)  # noqa: E731
+    double = helper.make_graph([n("Add", ["e", "e"], ["twice"])], "double", [helper.make_tensor_value_info("e", F, None)], [helper.make_tensor_value_info("twice", F, None)])
+    nodes = [
+        n("SequenceInsert", ["parts", "extra"], ["longer"]),
+        n("SequenceMap", ["longer"], ["doubled"], body=double),
+        n("ConcatFromSequence", ["doubled"], ["joined"], axis=0),
+        n("SplitToSequence", ["extra", "sizes"], ["pieces"], axis=1),
+    ]
+    inputs = [seq_of("parts", ["r", 3]), helper.make_tensor_value_info("extra", F, ["q", 3])]
+    outputs = [helper.make_tensor_value_info("joined", F, ["j", 3]), seq_of("pieces", ["q", None])]
+    return _model(nodes, inputs, outputs, [_i64("sizes", [1, 2])], opset=17)
+
+
+def test_sequences_in_and_out_compile_per_length():
+    m = _sequence_model()
+    ref = ReferenceEvaluator(m)
+    prog = disc.onnx.compile(m)
+    rng = np.random.default_rng(3)
+    for lengths in [(1,), (2, 1, 4), (5,), (1, 1, 2)]:
+        parts = [rng.standard_normal((r, 3)).astype(np.float32) for r in lengths]
+        extra = rng.standard_normal((len(lengths) % 2 + 1, 3)).astype(np.float32)
+        joined, pieces = prog(parts, extra)
+        want_joined, want_pieces = ref.run(None, {"parts": parts, "extra": extra})
+        np.testing.assert_allclose(joined, want_joined, rtol=1e-6)
+        assert isinstance(pieces, list) and len(pieces) == len(want_pieces) == 2
+        for g, w in zip(pieces, want_pieces):
+            np.testing.assert_array_equal(g, w)
+    assert prog.compilations == 2  # one per sequence length: 1 (twice), 3 (twice)
+    with pytest.raises(disc.errors.InputError, match="'parts' is a sequence: give a list"):
+        prog(np.zeros((2, 3), np.float32), extra)
+    with pytest.raises(disc.errors.CompileError, match="compiled per sequence length"):
+        prog.save("/nonexistent")
+
+
+def _loops_model(trip_from_input: bool) -> onnx.ModelProto:
+    """A Loop (a running sum and a scan output of its steps) and a Scan (a running product over
+    axis 1, backwards, with its partial products as a scan output)."""
+    n = helper.make_node
+    loop_body = helper.make_graph(
+        [n("Identity", ["cond_in"], ["cond_out"]), n("Cast", ["i"], ["fi"], to=F), n("Mul", ["x", "fi"], ["step"]), n("Add", ["acc_in", "step"], ["acc_out"])],
+        "loop_body",
+        [helper.make_tensor_value_info("i", I, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_in", F, ["n", 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", F, ["n", 4]), helper.make_tensor_value_info("step", F, ["n", 4])],
+    )
+    scan_body = helper.make_graph(
+        [n("Mul", ["prod_in", "col"], ["prod_out"]), n("Identity", ["prod_out"], ["partial"])],
+        "scan_body",
+        [helper.make_tensor_value_info("prod_in", F, ["n"]), helper.make_tensor_value_info("col", F, ["n"])],
+        [helper.make_tensor_value_info("prod_out", F, ["n"]), helper.make_tensor_value_info("partial", F, ["n"])],
+    )
+    nodes = [
+        n("Loop", ["trips", "yes", "x"], ["total", "steps"], body=loop_body),
+        n("Scan", ["ones", "x"], ["product", "partials"], body=scan_body, num_scan_inputs=1, scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", F, ["n", 4]), helper.make_tensor_value_info("ones", F, ["n"])]
+    inits = [numpy_helper.from_array(np.array(True), "yes")]
+    if trip_from_input:
+        inputs.append(helper.make_tensor_value_info("trips", I, []))
+    else:
+        inits.append(_i64("trips", 3))
+    outputs = [helper.make_tensor_value_info(k, F, d) for k, d in (("total", ["n", 4]), ("steps", ["t", "n", 4]), ("product", ["n"]), ("partials", ["n", 4]))]
+    return _model(nodes, inputs, outputs, inits, opset=17)
+
+
+def test_loops_with_known_counts_unroll_and_a_count_from_an_input_compiles_per_value():
+    rng = np.random.default_rng(4)
+    for trip_from_input in (False, True):
+        m = _loops_model(trip_from_input)
+        prog = disc.onnx.compile(m)
+        assert isinstance(prog, disc.onnx.ValueSpecializedProgram) == trip_from_input
+        for rows, trips in [(1, 3), (4, 2), (2, 3)]:
+            x = rng.standard_normal((rows, 4)).astype(np.float32)
+            feeds = {"x": x, "ones": np.ones(rows, np.float32)}
+            if trip_from_input:
+                feeds["trips"] = np.array(trips, np.int64)
+            total, steps, product, partials = prog(**feeds)
+            count = trips if trip_from_input else 3
+            np.testing.assert_allclose(total, x * (1 + sum(range(count))), rtol=1e-5)
+            np.testing.assert_allclose(steps, np.stack([x * i for i in range(count)]), rtol=1e-6)
+            # ONNX's reference has no backward Scan: its products, the last column first
+            np.testing.assert_allclose(partials, np.cumprod(x[:, ::-1], axis=1), rtol=1e-5)
+            np.testing.assert_allclose(product, x.prod(axis=1), rtol=1e-5)
+        if trip_from_input:
+            assert prog.compilations == 2  # trip counts 3 and 2
+    growing = _loops_model(False)
+    growing.graph.node[0].input[0] = "trips2"
+    growing.graph.node.insert(0, helper.make_node("Shape", ["x"], ["shape"]))
+    growing.graph.node.insert(1, helper.make_node("ReduceSum", ["shape"], ["trips2"], keepdims=0))
+    with pytest.raises(disc.errors.CompileError, match="trip count is computed at run time"):
+        disc.onnx.compile(growing)
+
+
+def test_linear_attention_unrolled_over_its_tokens_matches_the_reference():
+    n = helper.make_node
+    node = n("LinearAttention", ["q", "k", "v", "past", "decay", "beta"], ["y", "state"], q_num_heads=4, kv_num_heads=2, update_rule="gated_delta")
+    inputs = [("q", ["b", 3, 16]), ("k", ["b", 3, 8]), ("v", ["b", 3, 6]), ("past", ["b", 2, 4, 3]), ("decay", ["b", 3, 2]), ("beta", ["b", 3, 2])]
+    m = helper.make_model(
+        helper.make_graph([node], "m", [helper.make_tensor_value_info(k, F, d) for k, d in inputs], [helper.make_tensor_value_info("y", F, ["b", 3, 12]), helper.make_tensor_value_info("state", F, ["b", 2, 4, 3])]),
+        opset_imports=[helper.make_opsetid("", 27)],
+    )
+    ref, prog = ReferenceEvaluator(m), disc.onnx.compile(m)
+    rng = np.random.default_rng(5)
+    for b in (1, 3):
+        feeds = {k: rng.standard_normal([b, *d[1:]]).astype(np.float32) * 0.5 for k, d in inputs}
+        feeds["decay"] = -np.abs(feeds["decay"])
+        feeds["beta"] = 1 / (1 + np.exp(-feeds["beta"]))
+        for g, w in zip(prog(**feeds), ref.run(None, feeds), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "t"
+    with pytest.raises(disc.errors.CompileError, match="unrolls the recurrence over a length known"):
+        disc.onnx.compile(m)

@@ -30,8 +30,10 @@ import numpy as np
 
 from disc.errors import CompileError
 from disc.frontends.arrays import NeedsValue, apply_constraints, bind_inputs, compile_array_graph, to_numpy
+from disc.frontends.onnx import narrow
 from disc.frontends.onnx.importer import OnnxImporter, add_inputs
 from disc.frontends.onnx.ops import OPS
+from disc.frontends.onnx.ops.sequence import SequenceValue
 from disc.ir.builder import LoweringError
 
 __all__ = ["OnnxProgram", "ValueSpecializedProgram", "compile", "import_model", "supported_ops"]
@@ -61,13 +63,18 @@ def import_model(
     model: Any,
     dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
     values: Mapping[str, Any] | None = None,
+    sequences: Mapping[str, list[tuple[str, int]]] | None = None,
 ) -> tuple[OnnxImporter, list[str], list[str]]:
     """``model``'s main graph as disc IR: the importer (its ``graph``), input names, output names.
-    ``values``: inputs given at compile time (they are constants of the program, not its inputs)."""
+    ``values``: inputs given at compile time (they are constants of the program, not its inputs).
+    ``sequences``: each sequence input's elements' (dtype, rank); its elements become inputs. A
+    sequence output becomes one program output per element (``imp.output_groups`` counts them)."""
     from onnx import numpy_helper
 
     proto = _load(model)
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    if opset < 9 and _uses(proto.graph, "Scan"):
+        raise CompileError(f"opset {opset}: Scan before opset 9 (a batch axis and sequence_lens) has no later form onnx.version_converter keeps; disc takes opset 9's Scan on")
     if opset < 13:  # the table follows opset 13 on: older models are converted first
         from onnx import version_converter
 
@@ -80,17 +87,32 @@ def import_model(
     imp = OnnxImporter(g.name or "onnx_model", opset)
     initializers = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     try:
-        inputs = add_inputs(imp, g, set(initializers), dict(dynamic or {}), values)
+        inputs = add_inputs(imp, g, set(initializers), dict(dynamic or {}), values, sequences)
     except LoweringError as e:
         raise CompileError(str(e)) from None
     imp.values.update(initializers)
     imp.run_nodes(g.node)
     outputs = [o.name for o in g.output]
+    narrow.carry_edges(imp, inputs, outputs)  # ONNX's narrow types leave as their carriers (narrow.py)
+    flat, imp.output_groups = [], []
     try:
-        imp.graph.outputs = [imp.tensor(imp.values[name]) for name in outputs]
-    except LoweringError as e:  # (a sequence output: disc's programs give tensors)
+        for name in outputs:
+            v = imp.values[name]
+            parts = list(v.items) if isinstance(v, SequenceValue) else [v]
+            flat += [imp.tensor(p) for p in parts]
+            imp.output_groups.append(len(parts) if isinstance(v, SequenceValue) else None)
+    except LoweringError as e:
         raise CompileError(f"an output of the model: {e}") from None
+    imp.graph.outputs = flat
     return imp, inputs, outputs
+
+
+def _uses(graph: Any, op_type: str) -> bool:
+    """Whether ``graph`` or a subgraph of its nodes holds an ``op_type`` node."""
+    for node in graph.node:
+        if node.op_type == op_type or any(_uses(a.g, op_type) for a in node.attribute if a.HasField("g")):
+            return True
+    return False
 
 
 class OnnxProgram:
@@ -100,20 +122,33 @@ class OnnxProgram:
 
     Where PyTorch is installed the program runs through the same executors as the PyTorch
     frontend's (ops the code generator refuses can run in PyTorch between compiled segments);
-    where it is not, the native CPU program runs through the standalone runtime (``disc_runtime``)."""
+    where it is not, the native CPU program runs through the standalone runtime (``disc_runtime``).
 
-    def __init__(self, runner: Any, input_names: list[str], output_names: list[str], report: Any) -> None:
+    ONNX's narrow types (float8, float4, int4, int2...) are ``ml_dtypes`` arrays here, in and out
+    (torch's float8 dtypes for torch tensors, the integer ones as their carriers), and travel
+    inside the program in a carrier dtype (u8 bits; the value in i8 or u8 for the integer ones,
+    ``narrow.py``); a saved program takes and gives the carriers, as bf16 travels as uint16 bits."""
+
+    def __init__(self, runner: Any, input_names: list[str], output_names: list[str], report: Any, output_groups: list[int | None] | None = None) -> None:
         self.runner = runner
         self.input_names = input_names
         self.output_names = output_names
         self.report = report
+        self.output_groups = output_groups or [None] * len(output_names)  # a sequence output: its length
 
     @property
     def graph(self) -> Any:
         return self.report.graph
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return self.runner.run(self.input_names, bind_inputs(self.input_names, args, kwargs))
+        flat = self.runner.run(self.input_names, bind_inputs(self.input_names, args, kwargs))
+        if all(k is None for k in self.output_groups):
+            return flat
+        out, at = [], 0
+        for k in self.output_groups:  # a sequence output as a list of its elements
+            out.append(flat[at] if k is None else list(flat[at : at + k]))
+            at += 1 if k is None else k
+        return out
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write the program; ``disc.load`` (with PyTorch) or ``disc_runtime.load`` (numpy only) runs it."""
@@ -121,35 +156,51 @@ class OnnxProgram:
 
 
 class ValueSpecializedProgram:
-    """An ONNX model that uses some inputs' *values* as shapes, axes or counts (a ``Reshape`` whose
-    shape, a ``ReduceSum`` whose axes, a ``Trilu`` whose k the caller passes): compiled at the
-    first call for those values, as constants, and again for each new set of them (the last
-    ``MAX_VERSIONS`` are kept). The other inputs keep their symbolic shapes. Pass
-    ``values={"shape": ...}`` to ``disc.onnx.compile`` to compile (and save) one version ahead."""
+    """An ONNX model compiled at its first call and again per new key (the last ``MAX_VERSIONS``
+    versions are kept), the other inputs keeping their symbolic shapes:
+
+    - a model that uses some inputs' *values* as shapes, axes or counts (a ``Reshape`` whose
+      shape, a ``ReduceSum`` whose axes, a ``Trilu`` whose k the caller passes) is compiled for
+      those values, as constants. Pass ``values={"shape": ...}`` to ``disc.onnx.compile`` to
+      compile (and save) one version ahead;
+    - a model that takes sequences is compiled per sequence length (and elements' dtypes and
+      ranks): each element becomes an input of that version. Call it with a list of arrays."""
 
     MAX_VERSIONS = 8
 
-    def __init__(self, proto: Any, input_names: list[str], output_names: list[str], needed: str, options: dict[str, Any]) -> None:
+    def __init__(self, proto: Any, input_names: list[str], output_names: list[str], needed: str | None, options: dict[str, Any]) -> None:
         self.proto = proto
         self.input_names = input_names
         self.output_names = output_names
-        self.value_inputs = [needed]  # grows when a version finds another such input
+        self.value_inputs = [needed] if needed else []  # grows when a version finds another such input
+        self.sequence_inputs = [i.name for i in proto.graph.input if i.type.HasField("sequence_type")]
         self.options = options
         self.versions: OrderedDict[tuple, OnnxProgram] = OrderedDict()
         self.compilations = 0
         self._lock = threading.Lock()
 
     def _version(self, bound: dict[str, Any]) -> OnnxProgram:
+        from disc.errors import InputError
+        from disc.ir.types import dtype_of_numpy
+
+        structure: dict[str, list[tuple[str, int]]] = {}
+        for n in self.sequence_inputs:
+            if not isinstance(bound[n], (list, tuple)):
+                raise InputError(f"input {n!r} is a sequence: give a list of arrays, not {type(bound[n]).__name__}")
+            try:
+                structure[n] = [(dtype_of_numpy(np.asarray(a).dtype), np.ndim(a)) for a in bound[n]]
+            except TypeError as e:
+                raise InputError(f"input {n!r}: {e}") from None
         with self._lock:
             while True:
                 arrays = {n: to_numpy(bound[n]) if hasattr(bound[n], "detach") else np.asarray(bound[n]) for n in self.value_inputs}
-                key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in arrays.items())
+                key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in arrays.items()) + tuple(sorted((n, tuple(s)) for n, s in structure.items()))
                 prog = self.versions.get(key)
                 if prog is not None:
                     self.versions.move_to_end(key)
                     return prog
                 try:
-                    prog = _compile(self.proto, arrays, **self.options)
+                    prog = _compile(self.proto, arrays, sequences=structure, **self.options)
                 except NeedsValue as e:  # another input is used as a shape too
                     if e.input in self.value_inputs:  # given, yet not taken as a value: never loop
                         raise CompileError(str(e)) from None
@@ -164,9 +215,13 @@ class ValueSpecializedProgram:
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         bound = dict(zip(self.input_names, bind_inputs(self.input_names, args, kwargs)))
         prog = self._version(bound)
+        for n in self.sequence_inputs:  # each element is an input of this version
+            bound.update({f"{n}[{i}]": a for i, a in enumerate(bound.pop(n))})
         return prog(*(bound[n] for n in prog.input_names))
 
     def save(self, folder: str | os.PathLike) -> Path:
+        if self.sequence_inputs:
+            raise CompileError(f"this model takes sequence input(s) {self.sequence_inputs}, so it is compiled per sequence length; a saved program takes tensors")
         raise CompileError(
             f"this model uses the values of input(s) {self.value_inputs} as shapes, so it is compiled per value; "
             f"compile with disc.onnx.compile(model, values={{{self.value_inputs[0]!r}: ...}}) to save the program for those values"
@@ -186,23 +241,26 @@ def compile(
     uses an input's values as a shape compiles at its first call instead, for those values
     (``ValueSpecializedProgram``)."""
     proto = _load(model)
+    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+    options = {"dynamic": dynamic, "constraints": constraints, "backend": backend}
+    if any(i.type.HasField("sequence_type") for i in proto.graph.input):  # compiled per sequence length, at the first call
+        return ValueSpecializedProgram(proto, names, [o.name for o in proto.graph.output], None, options)
     try:
         return _compile(proto, values, dynamic, constraints, backend)
     except NeedsValue as e:
         if values:
             raise CompileError(f"{e}; give it in values= too") from None
-        names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
-        options = {"dynamic": dynamic, "constraints": constraints, "backend": backend}
         return ValueSpecializedProgram(proto, names, [o.name for o in proto.graph.output], e.input, options)
 
 
-def _compile(proto: Any, values: Mapping[str, Any] | None, dynamic: Any, constraints: Any, backend: str | None) -> OnnxProgram:
+def _compile(proto: Any, values: Mapping[str, Any] | None, dynamic: Any, constraints: Any, backend: str | None, sequences: Mapping[str, list[tuple[str, int]]] | None = None) -> OnnxProgram:
     """One program; NeedsValue where an input not in ``values`` is used as a shape."""
     from disc.shape.user import parse_user_constraints
 
     start = time.perf_counter()
     ranges, facts = parse_user_constraints(constraints)
-    imp, inputs, outputs = import_model(proto, dynamic, values)
+    imp, inputs, outputs = import_model(proto, dynamic, values, sequences)
     apply_constraints(imp.graph, ranges, facts)
-    runner, report = compile_array_graph(imp.graph, inputs, len(outputs), "disc.onnx", backend, start)
-    return OnnxProgram(runner, inputs, outputs, report)
+    runner, report = compile_array_graph(imp.graph, inputs, len(imp.graph.outputs), "disc.onnx", backend, start)
+    runner = narrow.wrap_runner(runner, imp)
+    return OnnxProgram(runner, inputs, outputs, report, imp.output_groups)

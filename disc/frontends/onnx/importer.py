@@ -41,6 +41,7 @@ class OnnxImporter(ArrayBuilder):
         """Lower ``nodes`` in order through the op table, binding their outputs by name."""
         from disc.errors import CompileError
         from disc.frontends.arrays import NeedsValue
+        from disc.frontends.onnx import narrow
         from disc.frontends.onnx.ops import OPS, PREVIEW_DOMAINS
 
         for k, node in enumerate(nodes):
@@ -52,7 +53,9 @@ class OnnxImporter(ArrayBuilder):
                 raise CompileError(f"{where}: {node.op_type} is not supported by disc's ONNX frontend (supported: {', '.join(sorted(OPS))})")
             operands = [self.values[name] if name else None for name in node.input]
             try:
-                result = fn(self, node, *operands, **attributes(node))
+                attrs = attributes(node)
+                fn, operands = narrow.route(node, fn, operands, attrs)  # ONNX's narrow types (narrow.py)
+                result = fn(self, node, *operands, **attrs)
             except NeedsValue:
                 raise
             except (LoweringError, ValueError, TypeError, KeyError) as e:
@@ -61,6 +64,19 @@ class OnnxImporter(ArrayBuilder):
             for name, value in zip(node.output, results):
                 if name:
                     self.values[name] = value
+
+    def call_graph(self, graph: Any, args: Sequence[Any]) -> list[Any]:
+        """A subgraph with formal inputs (a Loop's or Scan's body, SequenceMap's, FlexAttention's
+        modifiers) applied to ``args``: inputs bound, nodes lowered in the enclosing scope (outer
+        values read by name), its outputs' values returned; its names do not leak out."""
+        if len(graph.input) != len(args):
+            raise LoweringError(f"subgraph {graph.name!r} takes {len(graph.input)} inputs; {len(args)} given")
+        saved = dict(self.values)
+        try:
+            self.values.update({vi.name: a for vi, a in zip(graph.input, args)})
+            return self.run_subgraph(graph)
+        finally:
+            self.values = saved
 
     def run_subgraph(self, graph: Any) -> list[Any]:
         """A control-flow op's body (``If``'s branches) lowered in the enclosing scope: it reads
@@ -104,9 +120,13 @@ def add_inputs(
     initializers: set[str],
     dynamic: Mapping[str, Mapping[int, str | int]],
     values: Mapping[str, np.ndarray] | None = None,
+    sequences: Mapping[str, Sequence[tuple[str, int]]] | None = None,
 ) -> list[str]:
     """Declare the graph's inputs (initializers and ``values`` excepted: those are compile-time
-    arrays); returns the names of the program's inputs in order."""
+    arrays); returns the names of the program's inputs in order. A sequence input needs its
+    elements' (dtype, rank) in ``sequences``: element i becomes the input ``name[i]``."""
+    from disc.frontends.onnx import narrow
+
     c = imp.graph.constraints
     symbols: dict[str, SymExpr] = {}
     names = []
@@ -118,11 +138,15 @@ def add_inputs(
     for vi in graph.input:
         if vi.name in initializers:
             continue
+        if vi.type.HasField("sequence_type"):
+            names += _sequence_input(imp, vi, (sequences or {}).get(vi.name))
+            continue
         tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type") or tt.elem_type not in ELEM_TYPES:
+        carried = tt.elem_type in narrow.FORMATS  # held in its carrier, a Carried (narrow.py)
+        if not vi.type.HasField("tensor_type") or (tt.elem_type not in ELEM_TYPES and not carried):
             raise LoweringError(f"input {vi.name!r}: element type {tt.elem_type} is not one disc runs ({sorted(ELEM_TYPES.values())})")
         if vi.name in values:
-            imp.values[vi.name] = _value_input(vi, values[vi.name])
+            imp.values[vi.name] = narrow.Carried(narrow.to_carrier(vi.name, values[vi.name], tt.elem_type), tt.elem_type) if carried else _value_input(vi, values[vi.name])
             continue
         if not tt.HasField("shape"):
             raise LoweringError(f"input {vi.name!r} has no rank in the model; give it a shape")
@@ -147,10 +171,37 @@ def add_inputs(
             if name not in symbols:
                 symbols[name] = c.declare(name, source=f"input {vi.name!r} dim {axis}")
             shape.append(symbols[name])
-        node = imp.graph.add_input(vi.name, TensorType(ELEM_TYPES[tt.elem_type], tuple(shape)))
+        node = imp.graph.add_input(vi.name, TensorType(narrow.carrier(tt.elem_type) if carried else ELEM_TYPES[tt.elem_type], tuple(shape)))
         imp.register_dims(node)
-        imp.values[vi.name] = node
+        imp.values[vi.name] = narrow.Carried(node, tt.elem_type) if carried else node
         names.append(vi.name)
+    return names
+
+
+def _sequence_input(imp: OnnxImporter, vi: Any, elements: Sequence[tuple[str, int]] | None) -> list[str]:
+    """A sequence input as one program input per element (``name[i]``, each dim a fresh symbol
+    unless the model pins it), held as a SequenceValue; returns the elements' input names."""
+    from disc.frontends.onnx.ops.sequence import SequenceValue
+
+    if elements is None:
+        raise LoweringError(f"input {vi.name!r} is a sequence: its length and its elements' ranks are needed to compile (disc.onnx.compile defers to the first call)")
+    element = vi.type.sequence_type.elem_type
+    if not element.HasField("tensor_type") or element.tensor_type.elem_type not in ELEM_TYPES:
+        raise LoweringError(f"input {vi.name!r}: a sequence of {element.WhichOneof('value') or 'unknown'} elements (disc takes sequences of numeric tensors)")
+    dtype = ELEM_TYPES[element.tensor_type.elem_type]
+    declared = [d.dim_value if d.HasField("dim_value") else None for d in element.tensor_type.shape.dim] if element.tensor_type.HasField("shape") else None
+    nodes, names = [], []
+    for i, (have, rank) in enumerate(elements):
+        if have != dtype:
+            raise LoweringError(f"input {vi.name!r} element {i} is {have}; the model's sequence holds {dtype}")
+        if declared is not None and len(declared) != rank:
+            raise LoweringError(f"input {vi.name!r} element {i} has rank {rank}; the model's sequence holds rank {len(declared)}")
+        shape = [d if d is not None else imp.graph.constraints.new_symbol("d", source=f"input {vi.name!r} element {i} dim {axis}") for axis, d in enumerate(declared or [None] * rank)]
+        node = imp.graph.add_input(f"{vi.name}[{i}]", TensorType(dtype, tuple(shape)))
+        imp.register_dims(node)
+        nodes.append(node)
+        names.append(f"{vi.name}[{i}]")
+    imp.values[vi.name] = SequenceValue(tuple(nodes))
     return names
 
 

@@ -29,6 +29,7 @@ def onnx_op(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 # The lowering modules register their ops in OPS as they are imported.
 from disc.frontends.onnx.ops import (  # noqa: E402
+    control,
     conv,
     elementwise,
     linalg,
@@ -44,4 +45,4 @@ from disc.frontends.onnx.ops import (  # noqa: E402
     training,
 )
 
-__all__ = ["OPS", "PREVIEW_DOMAINS", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral", "text", "training"]
+__all__ = ["OPS", "PREVIEW_DOMAINS", "control", "conv", "elementwise", "linalg", "movement", "normalization", "onnx_op", "quantization", "recurrent", "reduction", "resize", "sequence", "spectral", "text", "training"]

@@ -105,20 +105,14 @@ def _det(imp: OnnxImporter, node: Any, x: Any) -> Node:
     return convert(imp, total, a.dtype)
 
 
-def _call_body(imp: OnnxImporter, body: Any, args: list[Node]) -> Node:
-    """A one-output subgraph (FlexAttention's score_mod, prob_mod) applied to ``args``: its inputs
-    bound to them, its nodes lowered in the enclosing scope, its output returned."""
-    if len(body.input) != len(args) or len(body.output) != 1:
-        raise LoweringError(f"subgraph {body.name!r} takes {len(body.input)} inputs and gives {len(body.output)} outputs; expected {len(args)} and 1")
-    saved = dict(imp.values)
-    try:
-        imp.values.update({vi.name: a for vi, a in zip(body.input, args)})
-        (out,) = imp.run_subgraph(body)
-    finally:
-        imp.values = saved
-    result = imp.tensor(out)
-    if not imp.graph.constraints.prove_same_shape(result.shape, args[0].shape) or result.dtype != args[0].dtype:
-        raise LoweringError(f"subgraph {body.name!r} must keep its input's shape and type: {args[0].dtype}{list(args[0].shape)} became {result.dtype}{list(result.shape)}")
+def _call_modifier(imp: OnnxImporter, body: Any, value: Node) -> Node:
+    """FlexAttention's score_mod or prob_mod applied to ``value``: one output, of its shape and type."""
+    outs = imp.call_graph(body, [value])
+    if len(outs) != 1:
+        raise LoweringError(f"subgraph {body.name!r} gives {len(outs)} outputs; a modifier gives 1")
+    result = imp.tensor(outs[0])
+    if not imp.graph.constraints.prove_same_shape(result.shape, value.shape) or result.dtype != value.dtype:
+        raise LoweringError(f"subgraph {body.name!r} must keep its input's shape and type: {value.dtype}{list(value.shape)} became {result.dtype}{list(result.shape)}")
     return result
 
 
@@ -145,12 +139,12 @@ def _flex_attention(imp: OnnxImporter, node: Any, q: Any, k: Any, v: Any, scale:
     qs, ks = elementwise(imp, "mul", [q, root], q.dtype), elementwise(imp, "mul", [k, root], k.dtype)
     scores = convert(imp, batched_matmul(imp, qs, imp.graph.add("transpose", (ks,), {"perm": (0, 1, 3, 2)})), work)
     if score_mod is not None:
-        scores = _call_body(imp, score_mod, [scores])
+        scores = _call_modifier(imp, score_mod, scores)
     shifted = elementwise(imp, "sub", [scores, reduce(imp, scores, [3], "max", True)], work)
     e = imp.graph.add("exp", (shifted,))
     probs = elementwise(imp, "div", [e, reduce(imp, e, [3], "sum", True)], work)
     if prob_mod is not None:
-        probs = _call_body(imp, prob_mod, [probs])
+        probs = _call_modifier(imp, prob_mod, probs)
     return convert(imp, batched_matmul(imp, probs, convert(imp, v, work)), v.dtype)
 
 
@@ -340,3 +334,79 @@ def _affine_grid(imp: OnnxImporter, node: Any, theta: Any, size: Any, align_corn
     points = broadcast_to(imp, imp.graph.add_constant(base.astype(numpy_dtype(theta.dtype))), [batch, *base.shape])
     grid = batched_matmul(imp, points, imp.graph.add("transpose", (theta,), {"perm": (0, 2, 1)}))
     return reshape(imp, grid, [batch, *spatial, len(spatial)])
+
+
+LINEAR_ATTENTION_UNROLLED = 256  # tokens of a prefill the recurrence is unrolled over
+
+
+@onnx_op("LinearAttention")
+def _linear_attention(
+    imp: OnnxImporter, node: Any, query: Any, key: Any, value: Any, past_state: Any = None, decay: Any = None, beta: Any = None, chunk_size: int = 64,
+    kv_num_heads: int | None = None, q_num_heads: int | None = None, scale: float = 0.0, update_rule: str = "gated_delta",
+) -> list[Node]:
+    """The linear-attention recurrence (linear, gated, delta or gated delta rule) run token by
+    token in float32, unrolled over a sequence length known when the model is compiled (a decode
+    step is one token): per token the state [B, H_kv, d_k, d_v] decays by exp(decay), takes the
+    key's outer product with the value (less what the state already retrieves for the key,
+    times beta, under a delta rule), and the query reads it, shared by each K/V head's group of
+    query heads. Outputs: [B, T, H_q * d_v] in the query's type, the last state in the past
+    state's (or the query's)."""
+    if update_rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise LoweringError(f"LinearAttention: update_rule {update_rule!r}; ONNX takes linear, gated, delta or gated_delta")
+    if not q_num_heads or not kv_num_heads or q_num_heads % kv_num_heads:
+        raise LoweringError(f"LinearAttention: q_num_heads ({q_num_heads}) must be a positive multiple of kv_num_heads ({kv_num_heads})")
+    gating, delta = update_rule in ("gated", "gated_delta"), update_rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        raise LoweringError(f"LinearAttention {update_rule!r} takes {'a' if gating else 'no'} decay and {'a' if delta else 'no'} beta")
+    q, k, v = imp.tensor(query), imp.tensor(key), imp.tensor(value)
+    steps = known_dim(q.shape[1])
+    if steps is None or steps > LINEAR_ATTENTION_UNROLLED:
+        raise LoweringError(f"LinearAttention over {q.shape[1]} tokens: disc unrolls the recurrence over a length known when the model is compiled, up to {LINEAR_ATTENTION_UNROLLED}")
+    q4, k4, v4 = (convert(imp, _split_heads(imp, t, h), "f32") for t, h in ((q, q_num_heads), (k, kv_num_heads), (v, kv_num_heads)))
+    b, dk, dv = q4.shape[0], q4.shape[3], v4.shape[3]
+    groups = q_num_heads // kv_num_heads
+    if scale == 0.0:
+        size = known_dim(dk)
+        if size is None:
+            raise LoweringError(f"LinearAttention without a scale needs a known head size ({dk})")
+        scale = 1.0 / float(np.sqrt(size))
+
+    def per_token(x: Any, what: str, widths: dict[Any, int]) -> Node:
+        """decay or beta [B, T, H * w] as [B, H, T, w]."""
+        t = imp.tensor(x)
+        last = known_dim(t.shape[2])
+        if last not in widths:
+            raise LoweringError(f"LinearAttention: {what}'s last dim is {t.shape[2]}; it may be {sorted(widths)}")
+        heads = widths[last]
+        return convert(imp, imp.graph.add("transpose", (reshape(imp, t, [b, t.shape[1], heads, as_expr(last) // heads]),), {"perm": (0, 2, 1, 3)}), "f32")
+
+    head_size = known_dim(dk)
+    g4 = per_token(decay, "decay", {kv_num_heads: kv_num_heads, **({kv_num_heads * head_size: kv_num_heads} if head_size else {})}) if gating else None
+    beta4 = per_token(beta, "beta", {kv_num_heads: kv_num_heads, 1: 1}) if delta else None
+    if past_state is not None:
+        past = imp.tensor(past_state)
+        state, state_dtype = convert(imp, past, "f32"), past.dtype
+    else:
+        zero = imp.graph.add_constant(np.array(0.0, np.float32))
+        state, state_dtype = imp.graph.add("broadcast_in_dim", (zero, *imp.sizes([b, kv_num_heads, dk, dv])), {"dims": ()}), q.dtype
+
+    def at(x: Node, i: int) -> Node:  # token i of [B, H, T, w], kept as [B, H, 1, w]
+        return imp.graph.add("slice", (x, imp.index(i), imp.index(i + 1)), {"axis": 2, "step": 1})
+
+    def f32(op: str, *xs: Any) -> Node:
+        return elementwise(imp, op, list(xs), "f32")
+
+    reads = []
+    for i in range(steps):
+        k_t, v_t = at(k4, i), at(v4, i)
+        if gating:
+            state = f32("mul", state, imp.graph.add("transpose", (imp.graph.add("exp", (at(g4, i),)),), {"perm": (0, 1, 3, 2)}))  # [B, H, w, 1]
+        if delta:
+            retrieved = batched_matmul(imp, k_t, state)  # [B, H, 1, d_v]
+            v_t = f32("mul", at(beta4, i), f32("sub", v_t, retrieved))
+        state = f32("add", state, f32("mul", imp.graph.add("transpose", (k_t,), {"perm": (0, 1, 3, 2)}), v_t))
+        shared = _repeat_heads(imp, state, groups) if groups > 1 else state
+        reads.append(f32("mul", batched_matmul(imp, at(q4, i), shared), float(scale)))
+    out = reads[0] if len(reads) == 1 else imp.graph.add("concat", tuple(reads), {"axis": 2})  # [B, H_q, T, d_v]
+    merged = reshape(imp, imp.graph.add("transpose", (out,), {"perm": (0, 2, 1, 3)}), [b, q.shape[1], as_expr(dv) * q_num_heads])
+    return [convert(imp, merged, q.dtype), convert(imp, state, state_dtype)]
