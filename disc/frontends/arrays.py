@@ -121,15 +121,21 @@ def input_behind(v: Any) -> Node | None:
     return found
 
 
-def known_ints(v: Any, what: str) -> list[int]:
-    """``v`` as a flat list of ints; it must be known at compile time."""
+def known_array(v: Any, what: str) -> np.ndarray:
+    """``v``'s values, flattened; they must be known at compile time (a caller's input raises
+    NeedsValue: the program is compiled per value)."""
     k = known(v)
     source = input_behind(v) if k is None else None
     if source is not None:
         raise NeedsValue(what, source.name)
     if k is None:
         raise LoweringError(f"{what} must be known when the model is compiled (a constant), not computed at run time")
-    return [int(x) for x in np.asarray(k).reshape(-1)]
+    return np.asarray(k).reshape(-1)
+
+
+def known_ints(v: Any, what: str) -> list[int]:
+    """``v`` as a flat list of ints; it must be known at compile time."""
+    return [int(x) for x in known_array(v, what)]
 
 
 def arange(ctx: GraphBuilder, start: Any, limit: Any, delta: Any, dtype: str) -> Any:

@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from disc.frontends.arrays import NeedsValue, input_behind
-from disc.frontends.arrays import known as _known
+from disc.frontends.arrays import NeedsValue, known_array
 from disc.frontends.onnx.importer import OnnxImporter
 from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim
@@ -36,27 +35,25 @@ def _stack(imp: OnnxImporter, parts: list[Any], axis: int, what: str) -> Node:
     return expanded[0] if len(expanded) == 1 else imp.graph.add("concat", tuple(expanded), {"axis": axis})
 
 
-def _value(v: Any, what: str) -> np.ndarray:
-    """A loop's count or condition, needed when the model is compiled: a caller's input compiles
-    the program per value (NeedsValue); one computed at run time has no unrolled form."""
-    k = _known(v)
-    if k is None:
-        source = input_behind(v)
-        if source is not None:
-            raise NeedsValue(what, source.name)
-        raise LoweringError(f"{what} is computed at run time: disc unrolls loops whose count and continuation are known when the model is compiled")
-    return np.asarray(k).reshape(-1)
-
-
 def _flag(v: Any, what: str) -> bool:
-    return bool(_value(v, what)[0])
+    """A loop's continuation, known when the model is compiled (from a caller's input: per value)."""
+    return bool(_known_loop_value(v, what)[0])
+
+
+def _known_loop_value(v: Any, what: str) -> np.ndarray:
+    try:
+        return known_array(v, what)
+    except NeedsValue:
+        raise
+    except LoweringError:
+        raise LoweringError(f"{what} is computed at run time: disc unrolls loops whose count and continuation are known when the model is compiled") from None
 
 
 @onnx_op("Loop")
 def _loop(imp: OnnxImporter, node: Any, trip_count: Any = None, cond: Any = None, *carried: Any, body: Any) -> list[Any]:
     """The body run while its condition holds, up to the trip count: each run's loop-carried
     outputs feed the next; scan outputs are stacked along a new first axis."""
-    limit = int(_value(trip_count, "Loop's trip count")[0]) if trip_count is not None else None
+    limit = int(_known_loop_value(trip_count, "Loop's trip count")[0]) if trip_count is not None else None
     going = _flag(cond, "Loop's condition") if cond is not None else True
     state = list(carried)
     scans: list[list[Any]] = []

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from disc.frontends.arrays import NeedsValue, input_behind
+from disc.frontends.arrays import NeedsValue, known_array
 from disc.frontends.arrays import dim_arith as _dim_arith
 from disc.frontends.arrays import known as _known
 from disc.frontends.onnx.importer import ELEM_TYPES, DimValue, OnnxImporter, ShapeValue
@@ -340,23 +340,11 @@ def _prelu(imp: OnnxImporter, node: Any, x: Any, slope: Any) -> Node:
     return select(imp, elementwise(imp, "lt", [x, 0.0], x.dtype), elementwise(imp, "mul", [x, imp.tensor(slope)], x.dtype), x, x.dtype)
 
 
-def _flag_value(v: Any, what: str) -> float:
-    """A scalar operand's value, needed when the model is compiled: a caller's input compiles the
-    program per value (NeedsValue)."""
-    k = _known(v)
-    if k is None:
-        source = input_behind(v)
-        if source is not None:
-            raise NeedsValue(what, source.name)
-        raise LoweringError(f"{what} must be known when the model is compiled (a constant), not computed at run time")
-    return float(np.asarray(k).reshape(-1)[0])
-
-
 @onnx_op("Dropout")
 def _dropout(imp: OnnxImporter, node: Any, x: Any, ratio: Any = None, training_mode: Any = None, seed: int | None = None) -> Any:
-    mode = _flag_value(training_mode, "Dropout's training_mode") if training_mode is not None else False
+    mode = bool(known_array(training_mode, "Dropout's training_mode")[0]) if training_mode is not None else False
     if mode:  # dropping nothing is the identity; dropping something would need ONNX's random stream
-        drop = _flag_value(ratio, "Dropout's ratio") if ratio is not None else 0.5
+        drop = float(known_array(ratio, "Dropout's ratio")[0]) if ratio is not None else 0.5
         if drop != 0:
             raise LoweringError(f"Dropout in training mode with ratio {drop} (disc runs it with ratio 0 or in inference)")
     if len(node.output) > 1 and node.output[1]:

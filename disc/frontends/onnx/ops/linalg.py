@@ -124,16 +124,7 @@ def _flex_attention(imp: OnnxImporter, node: Any, q: Any, k: Any, v: Any, scale:
     q, k, v = imp.tensor(q), imp.tensor(k), imp.tensor(v)
     if q.tensor_type.rank != 4 or k.tensor_type.rank != 4 or v.tensor_type.rank != 4:
         raise LoweringError(f"FlexAttention takes rank-4 Q, K, V (ranks {q.tensor_type.rank}, {k.tensor_type.rank}, {v.tensor_type.rank})")
-    hq, hk = known_dim(q.shape[1]), known_dim(k.shape[1])
-    if hq is None or hk is None or hq % hk:
-        raise LoweringError(f"FlexAttention: query heads ({q.shape[1]}) must be a known multiple of key/value heads ({k.shape[1]})")
-    if hq != hk:
-        k, v = _repeat_heads(imp, k, hq // hk), _repeat_heads(imp, v, hq // hk)
-    if scale is None:
-        size = known_dim(q.shape[3])
-        if size is None:
-            raise LoweringError(f"FlexAttention without a scale needs a known head size (dim 3 of Q: {q.shape[3]})")
-        scale = 1.0 / float(np.sqrt(size))
+    k, v, scale = _shared_heads_and_scale(imp, "FlexAttention", q, k, v, scale)
     work = ELEM_TYPES.get(softmax_precision, "f32") if softmax_precision else ("f64" if q.dtype == "f64" else "f32")
     root = float(np.sqrt(np.float32(scale)))
     qs, ks = elementwise(imp, "mul", [q, root], q.dtype), elementwise(imp, "mul", [k, root], k.dtype)
@@ -146,6 +137,22 @@ def _flex_attention(imp: OnnxImporter, node: Any, q: Any, k: Any, v: Any, scale:
     if prob_mod is not None:
         probs = _call_modifier(imp, prob_mod, probs)
     return convert(imp, batched_matmul(imp, probs, convert(imp, v, work)), v.dtype)
+
+
+def _shared_heads_and_scale(imp: OnnxImporter, op: str, q: Node, k: Node, v: Node, scale: float | None) -> tuple[Node, Node, float]:
+    """K and V with each head repeated for its group of query heads (grouped-query attention),
+    and the scale (1/sqrt(head size) unless given)."""
+    hq, hk = known_dim(q.shape[1]), known_dim(k.shape[1])
+    if hq is None or hk is None or hq % hk:
+        raise LoweringError(f"{op}: query heads ({q.shape[1]}) must be a known multiple of key/value heads ({k.shape[1]})")
+    if hq != hk:
+        k, v = _repeat_heads(imp, k, hq // hk), _repeat_heads(imp, v, hq // hk)
+    if scale is None:
+        size = known_dim(q.shape[3])
+        if size is None:
+            raise LoweringError(f"{op} without a scale needs a known head size (dim 3 of Q: {q.shape[3]})")
+        scale = 1.0 / float(np.sqrt(size))
+    return k, v, scale
 
 
 def _attention_allowed(imp: OnnxImporter, sq: DimLike, skv: DimLike, offset: Any, causal: bool, left: int, right: int, nonpad: Node | None) -> Node | None:
@@ -208,16 +215,7 @@ def _attention(
     present_k, present_v = k, v
     dtype = q.dtype
     sq, skv = q.shape[2], k.shape[2]
-    hq, hk = known_dim(q.shape[1]), known_dim(k.shape[1])
-    if hq is None or hk is None or hq % hk:
-        raise LoweringError(f"Attention: query heads ({q.shape[1]}) must be a known multiple of key/value heads ({k.shape[1]})")
-    if hq != hk:
-        k, v = _repeat_heads(imp, k, hq // hk), _repeat_heads(imp, v, hq // hk)
-    if scale is None:
-        size = known_dim(q.shape[3])
-        if size is None:
-            raise LoweringError(f"Attention without a scale needs a known head size (dim 3 of Q: {q.shape[3]})")
-        scale = 1.0 / float(np.sqrt(size))
+    k, v, scale = _shared_heads_and_scale(imp, "Attention", q, k, v, scale)
     root = float(np.sqrt(scale))  # Q and K each scaled by the root before the GEMM, as ONNX's reference (16-bit results follow it)
     qs, ks = elementwise(imp, "mul", [q, root], dtype), elementwise(imp, "mul", [k, root], dtype)
     scores = batched_matmul(imp, qs, imp.graph.add("transpose", (ks,), {"perm": (0, 1, 3, 2)}))
