@@ -61,7 +61,8 @@ class ArrayBuilder(GraphBuilder):
             return self.graph.add("index_to_tensor", (self.index(value.dim),), {"dtype": value.dtype})
         if isinstance(value, np.ndarray):
             return self.graph.add_constant(np.asarray(value, order="C"))  # (ascontiguousarray makes a 0-d array 1-d)
-        raise LoweringError(f"cannot use a {type(value).__name__} as a tensor (disc's values are tensors; sequences live inside a model only)")
+        what = repr(value) if type(value).__name__.startswith("_") else f"a {type(value).__name__}"
+        raise LoweringError(f"{what} where a tensor is needed (a sequence or an optional is held at compile time; an op that selects between them at run time has no form)")
 
     def shape_tensor(self, dims: Sequence[DimLike], dtype: str = "i64") -> Node:
         """A 1-d integer tensor holding ``dims`` (a shape value used as data)."""

@@ -1048,3 +1048,20 @@ def test_linear_attention_unrolled_over_its_tokens_matches_the_reference():
     m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "t"
     with pytest.raises(disc.errors.CompileError, match="unrolls the recurrence over a length known"):
         disc.onnx.compile(m)
+
+
+def test_an_optional_input_compiles_per_presence_and_an_empty_one_comes_back_as_none():
+    n = helper.make_node
+    opt = helper.make_value_info("maybe", helper.make_optional_type_proto(helper.make_tensor_type_proto(F, ["n", 2])))
+    out_opt = helper.make_value_info("same", helper.make_optional_type_proto(helper.make_tensor_type_proto(F, ["n", 2])))
+    nodes = [n("OptionalHasElement", ["maybe"], ["has"]), n("Identity", ["maybe"], ["same"]), n("Add", ["x", "x"], ["twice"])]
+    m = _model(nodes, [opt, helper.make_tensor_value_info("x", F, [3])], [helper.make_tensor_value_info("has", TensorProto.BOOL, []), out_opt, helper.make_tensor_value_info("twice", F, [3])], [], opset=18)
+    prog = disc.onnx.compile(m)
+    x = np.arange(3, dtype=np.float32)
+    has, same, twice = prog(None, x)
+    assert has.item() is False and same is None and np.array_equal(twice, 2 * x)
+    for rows in (1, 4):
+        value = np.random.default_rng(rows).standard_normal((rows, 2)).astype(np.float32)
+        has, same, twice = prog(maybe=value, x=x)
+        assert has.item() is True and np.array_equal(same, value) and np.array_equal(twice, 2 * x)
+    assert prog.compilations == 2  # absent, present (any number of rows)

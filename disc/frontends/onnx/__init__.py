@@ -33,7 +33,7 @@ from disc.frontends.arrays import NeedsValue, apply_constraints, bind_inputs, co
 from disc.frontends.onnx import narrow
 from disc.frontends.onnx.importer import OnnxImporter, add_inputs
 from disc.frontends.onnx.ops import OPS
-from disc.frontends.onnx.ops.sequence import SequenceValue
+from disc.frontends.onnx.ops.sequence import EMPTY_OPTIONAL, SequenceValue
 from disc.ir.builder import LoweringError
 
 __all__ = ["OnnxProgram", "ValueSpecializedProgram", "compile", "import_model", "supported_ops"]
@@ -64,11 +64,13 @@ def import_model(
     dynamic: Mapping[str, Mapping[int, str | int]] | None = None,
     values: Mapping[str, Any] | None = None,
     sequences: Mapping[str, list[tuple[str, int]]] | None = None,
+    optionals: Mapping[str, bool] | None = None,
 ) -> tuple[OnnxImporter, list[str], list[str]]:
     """``model``'s main graph as disc IR: the importer (its ``graph``), input names, output names.
     ``values``: inputs given at compile time (they are constants of the program, not its inputs).
     ``sequences``: each sequence input's elements' (dtype, rank); its elements become inputs. A
-    sequence output becomes one program output per element (``imp.output_groups`` counts them)."""
+    sequence output becomes one program output per element (``imp.output_groups`` counts them).
+    ``optionals``: whether each optional input is given; an empty optional output is None."""
     from onnx import numpy_helper
 
     proto = _load(model)
@@ -87,7 +89,7 @@ def import_model(
     imp = OnnxImporter(g.name or "onnx_model", opset)
     initializers = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     try:
-        inputs = add_inputs(imp, g, set(initializers), dict(dynamic or {}), values, sequences)
+        inputs = add_inputs(imp, g, set(initializers), dict(dynamic or {}), values, sequences, optionals)
     except LoweringError as e:
         raise CompileError(str(e)) from None
     imp.values.update(initializers)
@@ -98,6 +100,9 @@ def import_model(
     try:
         for name in outputs:
             v = imp.values[name]
+            if v is EMPTY_OPTIONAL:
+                imp.output_groups.append(0)  # given as None
+                continue
             parts = list(v.items) if isinstance(v, SequenceValue) else [v]
             flat += [imp.tensor(p) for p in parts]
             imp.output_groups.append(len(parts) if isinstance(v, SequenceValue) else None)
@@ -134,7 +139,7 @@ class OnnxProgram:
         self.input_names = input_names
         self.output_names = output_names
         self.report = report
-        self.output_groups = output_groups or [None] * len(output_names)  # a sequence output: its length
+        self.output_groups = output_groups or [None] * len(output_names)  # a sequence output: its length (0: an empty optional)
 
     @property
     def graph(self) -> Any:
@@ -145,8 +150,8 @@ class OnnxProgram:
         if all(k is None for k in self.output_groups):
             return flat
         out, at = [], 0
-        for k in self.output_groups:  # a sequence output as a list of its elements
-            out.append(flat[at] if k is None else list(flat[at : at + k]))
+        for k in self.output_groups:  # a sequence output as a list of its elements; 0: an empty optional
+            out.append(flat[at] if k is None else None if k == 0 else list(flat[at : at + k]))
             at += 1 if k is None else k
         return out
 
@@ -164,7 +169,8 @@ class ValueSpecializedProgram:
       those values, as constants. Pass ``values={"shape": ...}`` to ``disc.onnx.compile`` to
       compile (and save) one version ahead;
     - a model that takes sequences is compiled per sequence length (and elements' dtypes and
-      ranks): each element becomes an input of that version. Call it with a list of arrays."""
+      ranks): each element becomes an input of that version. Call it with a list of arrays;
+    - a model that takes optionals is compiled per which of them are given (None: not given)."""
 
     MAX_VERSIONS = 8
 
@@ -173,7 +179,8 @@ class ValueSpecializedProgram:
         self.input_names = input_names
         self.output_names = output_names
         self.value_inputs = [needed] if needed else []  # grows when a version finds another such input
-        self.sequence_inputs = [i.name for i in proto.graph.input if i.type.HasField("sequence_type")]
+        self.optional_inputs = [i.name for i in proto.graph.input if i.type.HasField("optional_type")]
+        self.sequence_inputs = [i.name for i in proto.graph.input if i.type.HasField("sequence_type") or (i.type.HasField("optional_type") and i.type.optional_type.elem_type.HasField("sequence_type"))]
         self.options = options
         self.versions: OrderedDict[tuple, OnnxProgram] = OrderedDict()
         self.compilations = 0
@@ -183,8 +190,11 @@ class ValueSpecializedProgram:
         from disc.errors import InputError
         from disc.ir.types import dtype_of_numpy
 
+        given = {n: bound[n] is not None for n in self.optional_inputs}
         structure: dict[str, list[tuple[str, int]]] = {}
         for n in self.sequence_inputs:
+            if bound[n] is None and n in given:
+                continue  # an empty optional sequence
             if not isinstance(bound[n], (list, tuple)):
                 raise InputError(f"input {n!r} is a sequence: give a list of arrays, not {type(bound[n]).__name__}")
             try:
@@ -194,13 +204,13 @@ class ValueSpecializedProgram:
         with self._lock:
             while True:
                 arrays = {n: to_numpy(bound[n]) if hasattr(bound[n], "detach") else np.asarray(bound[n]) for n in self.value_inputs}
-                key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in arrays.items()) + tuple(sorted((n, tuple(s)) for n, s in structure.items()))
+                key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in arrays.items()) + tuple(sorted((n, tuple(s)) for n, s in structure.items())) + tuple(sorted(given.items()))
                 prog = self.versions.get(key)
                 if prog is not None:
                     self.versions.move_to_end(key)
                     return prog
                 try:
-                    prog = _compile(self.proto, arrays, sequences=structure, **self.options)
+                    prog = _compile(self.proto, arrays, sequences=structure, optionals=given, **self.options)
                 except NeedsValue as e:  # another input is used as a shape too
                     if e.input in self.value_inputs:  # given, yet not taken as a value: never loop
                         raise CompileError(str(e)) from None
@@ -216,7 +226,8 @@ class ValueSpecializedProgram:
         bound = dict(zip(self.input_names, bind_inputs(self.input_names, args, kwargs)))
         prog = self._version(bound)
         for n in self.sequence_inputs:  # each element is an input of this version
-            bound.update({f"{n}[{i}]": a for i, a in enumerate(bound.pop(n))})
+            if bound[n] is not None:
+                bound.update({f"{n}[{i}]": a for i, a in enumerate(bound.pop(n))})
         return prog(*(bound[n] for n in prog.input_names))
 
     def save(self, folder: str | os.PathLike) -> Path:
@@ -243,7 +254,7 @@ def compile(
     proto = _load(model)
     names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
     options = {"dynamic": dynamic, "constraints": constraints, "backend": backend}
-    if any(i.type.HasField("sequence_type") for i in proto.graph.input):  # compiled per sequence length, at the first call
+    if any(i.type.HasField("sequence_type") or i.type.HasField("optional_type") for i in proto.graph.input):  # compiled per structure, at the first call
         return ValueSpecializedProgram(proto, names, [o.name for o in proto.graph.output], None, options)
     try:
         return _compile(proto, values, dynamic, constraints, backend)
@@ -253,13 +264,16 @@ def compile(
         return ValueSpecializedProgram(proto, names, [o.name for o in proto.graph.output], e.input, options)
 
 
-def _compile(proto: Any, values: Mapping[str, Any] | None, dynamic: Any, constraints: Any, backend: str | None, sequences: Mapping[str, list[tuple[str, int]]] | None = None) -> OnnxProgram:
+def _compile(
+    proto: Any, values: Mapping[str, Any] | None, dynamic: Any, constraints: Any, backend: str | None,
+    sequences: Mapping[str, list[tuple[str, int]]] | None = None, optionals: Mapping[str, bool] | None = None,
+) -> OnnxProgram:
     """One program; NeedsValue where an input not in ``values`` is used as a shape."""
     from disc.shape.user import parse_user_constraints
 
     start = time.perf_counter()
     ranges, facts = parse_user_constraints(constraints)
-    imp, inputs, outputs = import_model(proto, dynamic, values, sequences)
+    imp, inputs, outputs = import_model(proto, dynamic, values, sequences, optionals)
     apply_constraints(imp.graph, ranges, facts)
     runner, report = compile_array_graph(imp.graph, inputs, len(imp.graph.outputs), "disc.onnx", backend, start)
     runner = narrow.wrap_runner(runner, imp)

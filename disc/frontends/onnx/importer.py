@@ -121,10 +121,12 @@ def add_inputs(
     dynamic: Mapping[str, Mapping[int, str | int]],
     values: Mapping[str, np.ndarray] | None = None,
     sequences: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+    optionals: Mapping[str, bool] | None = None,
 ) -> list[str]:
     """Declare the graph's inputs (initializers and ``values`` excepted: those are compile-time
     arrays); returns the names of the program's inputs in order. A sequence input needs its
-    elements' (dtype, rank) in ``sequences``: element i becomes the input ``name[i]``."""
+    elements' (dtype, rank) in ``sequences``: element i becomes the input ``name[i]``. An
+    optional input needs whether it is given in ``optionals``: an absent one is no input."""
     from disc.frontends.onnx import narrow
 
     c = imp.graph.constraints
@@ -138,6 +140,15 @@ def add_inputs(
     for vi in graph.input:
         if vi.name in initializers:
             continue
+        if vi.type.HasField("optional_type"):
+            if vi.name not in (optionals or {}):
+                raise LoweringError(f"input {vi.name!r} is optional: whether it is given is needed to compile (disc.onnx.compile defers to the first call)")
+            if not optionals[vi.name]:  # type: ignore[index]
+                from disc.frontends.onnx.ops.sequence import EMPTY_OPTIONAL
+
+                imp.values[vi.name] = EMPTY_OPTIONAL
+                continue
+            vi = _element_of_optional(vi)
         if vi.type.HasField("sequence_type"):
             names += _sequence_input(imp, vi, (sequences or {}).get(vi.name))
             continue
@@ -176,6 +187,16 @@ def add_inputs(
         imp.values[vi.name] = narrow.Carried(node, tt.elem_type) if carried else node
         names.append(vi.name)
     return names
+
+
+def _element_of_optional(vi: Any) -> Any:
+    """A given optional input declared as its element (a tensor or a sequence)."""
+    from onnx import ValueInfoProto
+
+    inner = ValueInfoProto()
+    inner.name = vi.name
+    inner.type.CopyFrom(vi.type.optional_type.elem_type)
+    return inner
 
 
 def _sequence_input(imp: OnnxImporter, vi: Any, elements: Sequence[tuple[str, int]] | None) -> list[str]:

@@ -1,6 +1,7 @@
-"""Sequences of tensors inside a model, held at compile time as Python lists: every position and
-length is known when the model is compiled, so each element stays an ordinary value. A sequence
-a model takes as an input or gives as an output is refused (disc's programs take and give tensors)."""
+"""Sequences of tensors, held at compile time as Python lists: every position and length is known
+when the model is compiled, so each element stays an ordinary value (a sequence the model takes
+or gives is one program input or output per element, ``disc/frontends/onnx/__init__.py``).
+Optionals likewise: an empty one is ``EMPTY_OPTIONAL``, a present one its element's value."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ class SequenceValue:
     """An ONNX sequence: its elements' values, in order."""
 
     items: tuple[Any, ...] = ()
+
+
+class _EmptyOptional:
+    """An ONNX optional holding nothing (a present optional is held as its element's value)."""
+
+    def __repr__(self) -> str:
+        return "EMPTY_OPTIONAL"
+
+
+EMPTY_OPTIONAL = _EmptyOptional()
 
 
 def _sequence(v: Any, op: str) -> list[Any]:
@@ -113,3 +124,20 @@ def _concat_from_sequence(imp: OnnxImporter, node: Any, seq: Any, axis: int = 0,
     if new_axis:
         items = [reshape(imp, v, [*v.shape[:a], 1, *v.shape[a:]]) for v in items]
     return items[0] if len(items) == 1 else imp.graph.add("concat", items, {"axis": a})
+
+
+@onnx_op("Optional")
+def _optional(imp: OnnxImporter, node: Any, x: Any = None, type: Any = None) -> Any:
+    return EMPTY_OPTIONAL if x is None else x
+
+
+@onnx_op("OptionalHasElement")
+def _optional_has_element(imp: OnnxImporter, node: Any, x: Any = None) -> np.ndarray:
+    return np.array(x is not None and x is not EMPTY_OPTIONAL)
+
+
+@onnx_op("OptionalGetElement")
+def _optional_get_element(imp: OnnxImporter, node: Any, x: Any) -> Any:
+    if x is EMPTY_OPTIONAL:
+        raise LoweringError("OptionalGetElement of an empty optional")
+    return x
