@@ -143,6 +143,9 @@ def compile_onnx(path: str, folder: str | None, dynamic: list[str], values: list
     try:
         prog = disc.onnx.compile(path, dynamic=_dynamic(dynamic), values=_values(values))
         if isinstance(prog, disc.onnx.ValueSpecializedProgram):
+            if prog.sequence_inputs or prog.optional_inputs:
+                print(f"disc: {path} takes sequence or optional input(s) {prog.sequence_inputs + prog.optional_inputs}, compiled per call structure; use disc.onnx.compile from Python", file=sys.stderr)
+                return 2
             print(f"disc: {path} uses the values of input(s) {prog.value_inputs} as shapes; give them with --value NAME=FILE.npy", file=sys.stderr)
             return 2
         if explain:

@@ -950,8 +950,13 @@ def _sequence_model() -> onnx.ModelProto:
     return _model(nodes, inputs, outputs, [_i64("sizes", [1, 2])], opset=17)
 
 
-def test_sequences_in_and_out_compile_per_length():
+def test_sequences_in_and_out_compile_per_length(tmp_path, capsys):
+    from disc.cli import main
+
     m = _sequence_model()
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    assert main(["explain", str(tmp_path / "m.onnx")]) == 2
+    assert "sequence or optional input(s) ['parts']" in capsys.readouterr().err
     ref = ReferenceEvaluator(m)
     prog = disc.onnx.compile(m)
     rng = np.random.default_rng(3)
