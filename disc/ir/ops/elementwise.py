@@ -89,7 +89,7 @@ def _unsigned_numpy_ops() -> dict[str, Callable[..., Any]]:
 
 def _unsigned_aware(name: str, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     def run(*xs: torch.Tensor) -> torch.Tensor:
-        if not any(str(x.dtype) in _WIDE_UNSIGNED for x in xs):
+        if not any(str(getattr(x, "dtype", "")) in _WIDE_UNSIGNED for x in xs):
             return fn(*xs)
         import numpy as np
 
