@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.machine import MICROS, progress_steps, run_machine_suite
+from benchmarks.machine import MICROS, compute_peak, progress_steps, run_machine_suite
 
 MAX_GBS = 2000.0  # far above any CPU's memory or cache bandwidth: a figure above it is a unit or timing bug
 MAX_GFLOPS = 100_000.0
@@ -69,7 +69,13 @@ def test_compute_peak(suite):
     # every thread at the one-thread best: on a shared machine the all-threads probe can meet a busy
     # core the GEMM did not (CI: 165 GFLOP/s probed against a 293 GFLOP/s GEMM, same run).
     ceiling = max(compute["peak_gflops"], compute["threads"] * best_one)
-    assert suite[0]["gemm"]["peak_gflops"] <= 1.5 * ceiling
+    gemm = suite[0]["gemm"]["peak_gflops"]
+    for _ in range(3):  # a probe met by the other test worker on a core: probe again (a ceiling is the best seen)
+        if gemm <= 1.5 * ceiling:
+            break
+        again = compute_peak(quick=True)
+        ceiling = max(ceiling, again["peak_gflops"], again["threads"] * again["one_thread"]["best_gflops"])
+    assert gemm <= 1.5 * ceiling, (gemm, ceiling)
 
 
 def test_fma_probe_counts_the_work_it_does():
