@@ -972,8 +972,10 @@ def test_sequences_in_and_out_compile_per_length(tmp_path, capsys):
     assert prog.compilations == 2  # one per sequence length: 1 (twice), 3 (twice)
     with pytest.raises(disc.errors.InputError, match="'parts' is a sequence: give a list"):
         prog(np.zeros((2, 3), np.float32), extra)
-    with pytest.raises(disc.errors.CompileError, match="compiled per sequence length"):
+    with pytest.raises(disc.errors.CompileError, match="compiled per call structure"):
         prog.save("/nonexistent")
+    with pytest.raises(disc.errors.CompileError, match="values= for a model that takes sequence or optional inputs"):
+        disc.onnx.compile(m, values={"extra": np.zeros((1, 3), np.float32)})
 
 
 def _loops_model(trip_from_input: bool) -> onnx.ModelProto:
@@ -1070,3 +1072,5 @@ def test_an_optional_input_compiles_per_presence_and_an_empty_one_comes_back_as_
         has, same, twice = prog(maybe=value, x=x)
         assert has.item() is True and np.array_equal(same, value) and np.array_equal(twice, 2 * x)
     assert prog.compilations == 2  # absent, present (any number of rows)
+    with pytest.raises(disc.errors.CompileError, match="optional input\\(s\\) \\['maybe'\\]"):
+        prog.save("/nonexistent")  # (an IndexError before: the message read value_inputs[0] of an empty list)

@@ -231,8 +231,8 @@ class ValueSpecializedProgram:
         return prog(*(bound[n] for n in prog.input_names))
 
     def save(self, folder: str | os.PathLike) -> Path:
-        if self.sequence_inputs:
-            raise CompileError(f"this model takes sequence input(s) {self.sequence_inputs}, so it is compiled per sequence length; a saved program takes tensors")
+        if self.sequence_inputs or self.optional_inputs:
+            raise CompileError(f"this model takes sequence or optional input(s) {self.sequence_inputs + self.optional_inputs}, so it is compiled per call structure; a saved program takes tensors")
         raise CompileError(
             f"this model uses the values of input(s) {self.value_inputs} as shapes, so it is compiled per value; "
             f"compile with disc.onnx.compile(model, values={{{self.value_inputs[0]!r}: ...}}) to save the program for those values"
@@ -255,6 +255,8 @@ def compile(
     names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
     options = {"dynamic": dynamic, "constraints": constraints, "backend": backend}
     if any(i.type.HasField("sequence_type") or i.type.HasField("optional_type") for i in proto.graph.input):  # compiled per structure, at the first call
+        if values:
+            raise CompileError(f"values= for a model that takes sequence or optional inputs: it is compiled per call structure, at each first call, from the inputs given then (given values {sorted(values)})")
         return ValueSpecializedProgram(proto, names, [o.name for o in proto.graph.output], None, options)
     try:
         return _compile(proto, values, dynamic, constraints, backend)
