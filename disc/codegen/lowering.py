@@ -30,7 +30,7 @@ from typing import Any
 from disc.fusion.plan import FusionGroup, is_cheap, plan_fusion
 from disc.ir.graph import Graph, Node
 from disc.ir.registry import kernel_kind
-from disc.ir.types import IndexType
+from disc.ir.types import ITEMSIZE, IndexType
 from disc.shape.constraints import ShapeConstraints
 from disc.shape.expr import DimLike, SymExpr, as_expr
 
@@ -39,7 +39,8 @@ _REMAPS = ("reshape", "transpose")
 # the dims it expands (GQA's repeated K/V heads become a batch dim the GEMM reads again).
 _VIEWS = (*_REMAPS, "slice", "broadcast_in_dim")
 _STRIDED_READERS = ("dot_general", "attention")  # library ops that read their operands through strides
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "i1": 1, "u16": 2, "u32": 4, "u64": 8}
+# Elementwise ops each backend's emitter writes itself (no entry in its table of op forms).
+ELEMENTWISE_OWN_FORMS = ("select", "convert", "bitcast")
 # Both backends' kernels load and store 16-bit floats, computing in f32 between. The CPU's RAL
 # runs 16-bit GEMMs (oneDNN's matmul: AMX or AVX512_BF16 where the CPU has them) but f32
 # convolutions only: a 16-bit convolution is refused and runs in PyTorch between compiled
@@ -621,7 +622,7 @@ class _Lowering:
             for n in outs:
                 if n in location:
                     continue
-                size = self.c.normalize(n.tensor_type.numel() * ELEMENT_BYTES[n.dtype])
+                size = self.c.normalize(n.tensor_type.numel() * ITEMSIZE[n.dtype])
                 chosen = None
                 for s, slot in enumerate(slots):
                     # Free before this step starts (a kernel never writes a buffer it reads).

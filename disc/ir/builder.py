@@ -9,7 +9,7 @@ being built; the helpers take it as their first argument (the PyTorch importer i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from disc.ir.graph import Graph, Node
@@ -148,6 +148,16 @@ def elementwise(ctx: GraphBuilder, op: str, operands: Sequence[Any], compute_dty
     shape = broadcast_shapes(ctx, [n.shape for n in nodes])
     nodes = [broadcast_to(ctx, n, shape) for n in nodes]
     return ctx.graph.add(op, nodes)
+
+
+def arithmetic(ctx: GraphBuilder, compute_dtype: str) -> Callable[..., Node]:
+    """``elementwise`` in one dtype with the operands as arguments, for formula-shaped lowerings:
+    ``op = arithmetic(ctx, "f64"); op("add", op("mul", a, 2.0), b)``."""
+
+    def op(name: str, *operands: Any) -> Node:
+        return elementwise(ctx, name, operands, compute_dtype)
+
+    return op
 
 
 def reshape(ctx: GraphBuilder, x: Node, shape: Sequence[DimLike]) -> Node:

@@ -69,7 +69,7 @@ from disc.codegen.groups import (
     written_per_row,
 )
 from disc.codegen.index import Idx, IndexEmitter, reshaped
-from disc.codegen.lowering import KernelStep, Unsupported
+from disc.codegen.lowering import ELEMENTWISE_OWN_FORMS, KernelStep, Unsupported
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
 from disc.ir.ops.random import site_offset
@@ -521,7 +521,7 @@ def kernel_form_refusal(n: Node) -> str | None:
     read by the CPU's declared support (``program.refusal``) before anything is lowered."""
     op = n.op
     if get_spec(op).category == ELEMENTWISE:
-        ok = op in UNARY or op in BINARY or op in INT_DIVISION or op in ("select", "convert", "bitcast")
+        ok = op in UNARY or op in BINARY or op in INT_DIVISION or op in ELEMENTWISE_OWN_FORMS
         return None if ok else f"no C++ for elementwise op {op}"
     if op == "scatter_add":  # a kernel of its own (emit_scatter_add)
         return f"scatter_add %{n.name} in {n.dtype}: no 16-bit C++ form" if n.dtype in NARROW else None
@@ -701,7 +701,7 @@ def _windows_at_root_index(em: _Emitter, root: Node) -> list[Node] | None:
     reductions and elementwise ops, every window of the root's shape); else None."""
     windows = [n for n in em.step.group.nodes if n.op == "reduce_window"]
     for n in em.step.group.nodes:
-        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ("select", "convert", "bitcast")):
+        if n.op != "reduce_window" and not (n.op in UNARY or n.op in BINARY or n.op in ELEMENTWISE_OWN_FORMS):
             return None
     if not all(em.c.prove_same_shape(n.shape, root.shape) for n in windows):
         return None

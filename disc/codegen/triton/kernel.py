@@ -42,7 +42,7 @@ from disc.codegen.groups import (
     written_per_row,
 )
 from disc.codegen.index import Idx, IndexEmitter, reshaped
-from disc.codegen.lowering import KernelStep, Unsupported
+from disc.codegen.lowering import ELEMENTWISE_OWN_FORMS, KernelStep, Unsupported
 from disc.codegen.triton.ops import REDUCE_COMBINE, TL_STORAGE, TL_TYPES, binary, literal, reduce_init, unary
 from disc.ir.graph import Node
 from disc.ir.ops.nn import pooled_dims
@@ -266,7 +266,7 @@ class _Emitter(IndexEmitter):
 
     def _compute(self, n: Node, idx: Idx) -> str:
         op = n.op
-        if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert", "bitcast"):
+        if get_spec(op).category == ELEMENTWISE and op not in ELEMENTWISE_OWN_FORMS:
             operand_dtype = n.inputs[0].dtype
             form = unary(op, operand_dtype) if len(n.inputs) == 1 else binary(op, operand_dtype)
             if form is None:
@@ -511,13 +511,13 @@ def kernel_form_refusal(n: Node) -> str | None:
     """Why a fused Triton kernel cannot compute ``n`` (None: it can): the forms ``_Emitter`` has,
     read by the GPU's declared support (``program.refusal``) before anything is lowered."""
     op = n.op
-    if get_spec(op).category == ELEMENTWISE and op not in ("select", "convert", "bitcast"):
+    if get_spec(op).category == ELEMENTWISE and op not in ELEMENTWISE_OWN_FORMS:
         dtype = n.inputs[0].dtype
         form = unary(op, dtype) if len(n.inputs) == 1 else binary(op, dtype)
         return None if form is not None else f"no Triton form for elementwise op {op} on {dtype}"
     if op == "scatter_add":  # a kernel of its own (scatter_kernel)
         return f"scatter_add %{n.name} in {n.dtype}: no 16-bit Triton form" if n.dtype in TL_STORAGE else None
-    if op in ("select", "convert", "bitcast", "nonzero") or hasattr(_Emitter, f"_op_{op}"):
+    if op in ELEMENTWISE_OWN_FORMS or op == "nonzero" or hasattr(_Emitter, f"_op_{op}"):
         return None
     return f"no Triton kernel form for op {op} (%{n.name})"
 

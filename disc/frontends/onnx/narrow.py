@@ -110,6 +110,10 @@ class IntFormat:
     def hi(self) -> int:
         return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
 
+    @property
+    def carrier(self) -> str:
+        return "i8" if self.signed else "u8"
+
 
 E8M0 = "FLOAT8E8M0"  # exponent only: 2^(code - 127), 0xFF the NaN
 
@@ -140,7 +144,7 @@ def type_name(elem: int) -> str:
 def carrier(elem: int) -> str:
     """The IR dtype a value of ONNX element type ``elem`` travels in."""
     f = FORMATS[elem]
-    return "i8" if isinstance(f, IntFormat) and f.signed else "u8"
+    return f.carrier if isinstance(f, IntFormat) else "u8"
 
 
 @dataclass
@@ -375,15 +379,11 @@ def encode_int(imp: GraphBuilder, x: Node, f: IntFormat) -> Node:
         low = elementwise(imp, "sub", [t, elementwise(imp, "mul", [imp.graph.add("floor", (elementwise(imp, "div", [t, float(size)], "f64"),)), float(size)], "f64")], "f64")
         if f.signed:
             low = select(imp, elementwise(imp, "ge", [low, float(size // 2)], "f64"), elementwise(imp, "sub", [low, float(size)], "f64"), low, "f64")
-        return convert(imp, low, carrier_of(f))
+        return convert(imp, low, f.carrier)
     low = elementwise(imp, "bitwise_and", [convert(imp, x, "i64"), size - 1], "i64")
     if f.signed:
         low = select(imp, elementwise(imp, "ge", [low, size // 2], "i64"), elementwise(imp, "sub", [low, size], "i64"), low, "i64")
-    return convert(imp, low, carrier_of(f))
-
-
-def carrier_of(f: IntFormat) -> str:
-    return "i8" if f.signed else "u8"
+    return convert(imp, low, f.carrier)
 
 
 def encode(imp: GraphBuilder, x: Node, elem: int, saturate: bool = True, round_mode: str = "up") -> Node:
@@ -454,7 +454,7 @@ def _quantize_linear(imp: Any, node: Any, x: Any, scale: Any, zero_point: Any = 
         q = elementwise(imp, "add", [q, convert(imp, _per_axis(imp, _node(imp, zero_point), x, axis, block_size), w)], w)
     q = elementwise(imp, "minimum", [elementwise(imp, "maximum", [q, float(f.lo)], w), float(f.hi)], w)
     q = select(imp, imp.graph.add("isnan", (q,)), float(f.lo), q, w)
-    return Carried(convert(imp, q, carrier_of(f)), out)
+    return Carried(convert(imp, q, f.carrier), out)
 
 
 def _dequantize_linear(imp: Any, node: Any, x: Any, scale: Any, zero_point: Any = None, axis: int = 1, block_size: int = 0, output_dtype: int = 0) -> Node:

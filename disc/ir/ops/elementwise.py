@@ -8,6 +8,7 @@ run time), which is where most dim equalities of a program come from.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,7 @@ def _np_shift(left: bool) -> Callable[..., Any]:
     return shift
 
 
+@functools.cache
 def _unsigned_numpy_ops() -> dict[str, Callable[..., Any]]:
     import numpy as np
 

@@ -13,6 +13,7 @@ from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim
 from disc.ir.builder import (
     LoweringError,
+    arithmetic,
     batched_matmul,
     convert,
     elementwise,
@@ -48,6 +49,13 @@ def _explicit_pads(imp: OnnxImporter, node: Any, spatial: Sequence[DimLike], ker
     return low + high
 
 
+def _with_bias(imp: OnnxImporter, out: Node, b: Any) -> Node:
+    """``out`` [N, C, ...] plus the per-channel bias ``b`` (none: ``out`` itself)."""
+    if b is None:
+        return out
+    return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes(out.shape)), {"dims": (1,)})))
+
+
 @onnx_op("Conv")
 def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations: Any = None, group: int = 1, kernel_shape: Any = None, pads: Any = None, strides: Any = None, auto_pad: str = "NOTSET") -> Node:
     x, w = imp.tensor(x), imp.tensor(w)
@@ -73,10 +81,7 @@ def _conv(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any = None, dilations
             "output_padding": tuple([0] * n),
         },
     )
-    if b is None:
-        return out
-    bias = imp.tensor(b)
-    return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (bias, *imp.sizes(out.shape)), {"dims": (1,)})))
+    return _with_bias(imp, out, b)
 
 
 @onnx_op("CausalConvWithState")
@@ -100,8 +105,7 @@ def _causal_conv_with_state(imp: OnnxImporter, node: Any, x: Any, w: Any, b: Any
     padded = imp.graph.add("concat", (past, x), {"axis": 2})
     conv_attrs = {"stride": (1,), "padding": (0,), "dilation": (1,), "groups": channels, "transposed": False, "output_padding": (0,)}
     out = imp.graph.add("convolution", (padded, w), conv_attrs)
-    if b is not None:
-        out = imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes(out.shape)), {"dims": (1,)})))
+    out = _with_bias(imp, out, b)
     if activation != "none":
         out = imp.graph.add("silu", (out,))
     length = padded.shape[2]
@@ -202,9 +206,7 @@ def _conv_transpose(
             low_pad, high_pad = [0] * (n + 2), [0] * (n + 2)
             low_pad[axis], high_pad[axis] = max(-lo, 0), max(-hi, 0)
             out = imp.graph.add("pad", (out,), {"low": tuple(low_pad), "high": tuple(high_pad), "value": 0.0})
-    if b is None:
-        return out
-    return imp.graph.add("add", (out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes(out.shape)), {"dims": (1,)})))
+    return _with_bias(imp, out, b)
 
 
 # -- pooling ---------------------------------------------------------------------------------------------
@@ -311,8 +313,7 @@ def _deform_conv(
     (sh, sw), (dh, dw) = list(strides or [1, 1]), list(dilations or [1, 1])
     top, left = list(pads or [0, 0, 0, 0])[:2]
 
-    def op(name: str, *xs: Any) -> Node:
-        return elementwise(imp, name, list(xs), "f64")
+    op = arithmetic(imp, "f64")
 
     offsets = convert(imp, reshape(imp, shift, [n, offset_group, taps, 2, spots]), "f64")
 
@@ -349,7 +350,4 @@ def _deform_conv(
     # (channel, tap) rows, spots columns; the GEMM in the data's type, as a convolution's
     columns = convert(imp, reshape(imp, sampled, [n, group, (channels // group) * taps, spots]), data.dtype)
     kernels = imp.graph.add("broadcast_in_dim", (reshape(imp, weight, [group, out_channels // group, (channels // group) * taps]), *imp.sizes([n, group, out_channels // group, (channels // group) * taps])), {"dims": (1, 2, 3)})
-    out = reshape(imp, batched_matmul(imp, kernels, columns), [n, out_channels, oh, ow])
-    if b is not None:
-        out = elementwise(imp, "add", [out, imp.graph.add("broadcast_in_dim", (imp.tensor(b), *imp.sizes([n, out_channels, oh, ow])), {"dims": (1,)})], data.dtype)
-    return out
+    return _with_bias(imp, reshape(imp, batched_matmul(imp, kernels, columns), [n, out_channels, oh, ow]), b)

@@ -10,8 +10,10 @@ from disc.frontends.arrays import known_ints as _ints
 from disc.frontends.onnx.importer import ELEM_TYPES, OnnxImporter
 from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim, matmul, require_divisible
+from disc.frontends.onnx.ops.control import MAX_UNROLLED
 from disc.ir.builder import (
     LoweringError,
+    arithmetic,
     batched_matmul,
     broadcast_to,
     convert,
@@ -334,9 +336,6 @@ def _affine_grid(imp: OnnxImporter, node: Any, theta: Any, size: Any, align_corn
     return reshape(imp, grid, [batch, *spatial, len(spatial)])
 
 
-LINEAR_ATTENTION_UNROLLED = 256  # tokens of a prefill the recurrence is unrolled over
-
-
 @onnx_op("LinearAttention")
 def _linear_attention(
     imp: OnnxImporter, node: Any, query: Any, key: Any, value: Any, past_state: Any = None, decay: Any = None, beta: Any = None, chunk_size: int = 64,
@@ -358,8 +357,8 @@ def _linear_attention(
         raise LoweringError(f"LinearAttention {update_rule!r} takes {'a' if gating else 'no'} decay and {'a' if delta else 'no'} beta")
     q, k, v = imp.tensor(query), imp.tensor(key), imp.tensor(value)
     steps = known_dim(q.shape[1])
-    if steps is None or steps > LINEAR_ATTENTION_UNROLLED:
-        raise LoweringError(f"LinearAttention over {q.shape[1]} tokens: disc unrolls the recurrence over a length known when the model is compiled, up to {LINEAR_ATTENTION_UNROLLED}")
+    if steps is None or steps > MAX_UNROLLED:
+        raise LoweringError(f"LinearAttention over {q.shape[1]} tokens: disc unrolls the recurrence over a length known when the model is compiled, up to {MAX_UNROLLED}")
     q4, k4, v4 = (convert(imp, _split_heads(imp, t, h), "f32") for t, h in ((q, q_num_heads), (k, kv_num_heads), (v, kv_num_heads)))
     b, dk, dv = q4.shape[0], q4.shape[3], v4.shape[3]
     groups = q_num_heads // kv_num_heads
@@ -391,8 +390,7 @@ def _linear_attention(
     def at(x: Node, i: int) -> Node:  # token i of [B, H, T, w], kept as [B, H, 1, w]
         return imp.graph.add("slice", (x, imp.index(i), imp.index(i + 1)), {"axis": 2, "step": 1})
 
-    def f32(op: str, *xs: Any) -> Node:
-        return elementwise(imp, op, list(xs), "f32")
+    f32 = arithmetic(imp, "f32")
 
     reads = []
     for i in range(steps):

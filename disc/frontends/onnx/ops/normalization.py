@@ -51,15 +51,14 @@ def _batch_norm(imp: OnnxImporter, node: Any, x: Any, scale: Any, bias: Any, mea
         others = [d for d in range(rank) if d != 1]
         batch_mean = mean(imp, x, others, False)
         centred = elementwise(imp, "sub", [x, channel(batch_mean)], x.dtype)
-        batch_var = mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), others, False)
-        moved = [elementwise(imp, "add", [elementwise(imp, "mul", [imp.tensor(old), float(momentum)], x.dtype), elementwise(imp, "mul", [new, 1.0 - float(momentum)], x.dtype)], x.dtype) for old, new in ((mean_, batch_mean), (var, batch_var))]
-        inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [batch_var, epsilon], x.dtype),))
-        out = elementwise(imp, "mul", [centred, channel(elementwise(imp, "mul", [inv, imp.tensor(scale)], x.dtype))], x.dtype)
-        return [elementwise(imp, "add", [out, channel(bias)], x.dtype), *moved]
-
-    inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [imp.tensor(var), epsilon], x.dtype),))
-    out = elementwise(imp, "mul", [elementwise(imp, "sub", [x, channel(mean_)], x.dtype), channel(elementwise(imp, "mul", [inv, imp.tensor(scale)], x.dtype))], x.dtype)
-    return elementwise(imp, "add", [out, channel(bias)], x.dtype)
+        variance = mean(imp, elementwise(imp, "mul", [centred, centred], x.dtype), others, False)
+        moved = [elementwise(imp, "add", [elementwise(imp, "mul", [imp.tensor(old), float(momentum)], x.dtype), elementwise(imp, "mul", [new, 1.0 - float(momentum)], x.dtype)], x.dtype) for old, new in ((mean_, batch_mean), (var, variance))]
+    else:
+        centred, variance = elementwise(imp, "sub", [x, channel(mean_)], x.dtype), imp.tensor(var)
+    inv = imp.graph.add("rsqrt", (elementwise(imp, "add", [variance, epsilon], x.dtype),))
+    out = elementwise(imp, "mul", [centred, channel(elementwise(imp, "mul", [inv, imp.tensor(scale)], x.dtype))], x.dtype)
+    out = elementwise(imp, "add", [out, channel(bias)], x.dtype)
+    return [out, *moved] if training else out
 
 
 @onnx_op("InstanceNormalization")

@@ -15,6 +15,7 @@ from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim
 from disc.ir.builder import (
     LoweringError,
+    arithmetic,
     convert,
     elementwise,
     reshape,
@@ -126,8 +127,7 @@ def _resize_axis(
     def f64(v: Any) -> Node:
         return convert(imp, imp.graph.add("index_to_tensor", (imp.index(v),), {"dtype": "i64"}), "f64") if not isinstance(v, float) else scalar(imp, v, "f64")
 
-    def op(name: str, *xs: Any) -> Node:
-        return elementwise(imp, name, list(xs), "f64")
+    op = arithmetic(imp, "f64")
 
     o = convert(imp, imp.graph.add("iota", (imp.index(n_out),), {"dtype": "i64"}), "f64")
     size_in, size_out = f64(n_in), f64(n_out)
@@ -167,16 +167,16 @@ def _resize_axis(
         rounded = select(imp, op("eq", pos, floor), pos, rounded, "f64")
         out = imp.graph.add("index_select", (x, clamped(convert(imp, rounded, "i64"))), {"axis": axis})
     else:
-        r = op("sub", pos, floor)
-        base = convert(imp, floor, "i64")
         if antialias:
             indices, weights = _antialias_taps(imp, pos, floor, float(ratio), mode, a)  # type: ignore[arg-type]
-        elif mode == "linear":
-            offsets, weights = [0, 1], [op("sub", 1.0, r), r]
         else:
-            offsets = [-1, 0, 1, 2]
-            weights = [_keys_cubic(imp, op("add", r, 1.0), a), _keys_cubic(imp, r, a), _keys_cubic(imp, op("sub", 1.0, r), a), _keys_cubic(imp, op("sub", 2.0, r), a)]
-        if not antialias:
+            r = op("sub", pos, floor)
+            if mode == "linear":
+                offsets, weights = [0, 1], [op("sub", 1.0, r), r]
+            else:
+                offsets = [-1, 0, 1, 2]
+                weights = [_keys_cubic(imp, op("add", r, 1.0), a), _keys_cubic(imp, r, a), _keys_cubic(imp, op("sub", 1.0, r), a), _keys_cubic(imp, op("sub", 2.0, r), a)]
+            base = convert(imp, floor, "i64")
             indices = [elementwise(imp, "add", [base, k], "i64") for k in offsets]
         if exclude_outside:
             inside = [convert(imp, elementwise(imp, "logical_and", [elementwise(imp, "ge", [i, 0], "i64"), elementwise(imp, "le", [i, last], "i64")], "i1"), "f64") for i in indices]
@@ -202,8 +202,7 @@ def _antialias_taps(imp: OnnxImporter, pos: Node, floor: Node, scale: float, mod
     + 1, or -2/scale for cubic), weights normalised to sum to 1. The taps are the n inputs nearest
     the source coordinate, ties to the lower index, as ONNX's reference takes them."""
 
-    def op(name: str, *xs: Any) -> Node:
-        return elementwise(imp, name, list(xs), "f64")
+    op = arithmetic(imp, "f64")
 
     start = int(np.floor((-1.0 if mode == "linear" else -2.0) / scale) + 1)
     n = 2 - 2 * start
@@ -357,8 +356,7 @@ def _trunc(imp: OnnxImporter, v: Node) -> Node:
 def _keys_cubic(imp: OnnxImporter, t: Node, a: float = -0.75) -> Node:
     """Keys' cubic convolution kernel at distance ``t`` (0 <= t <= 2)."""
 
-    def op(name: str, *xs: Any) -> Node:
-        return elementwise(imp, name, list(xs), "f64")
+    op = arithmetic(imp, "f64")
 
     near = op("add", op("mul", op("mul", op("sub", op("mul", t, a + 2), a + 3), t), t), 1.0)
     far = op("sub", op("mul", op("add", op("mul", op("sub", op("mul", t, a), 5 * a), t), 8 * a), t), 4 * a)
