@@ -627,6 +627,19 @@ def test_packed_gemm_weights_stay_within_the_budget():
 
 
 @needs_dnnl
+@pytest.mark.parametrize(("setting", "budget"), [(None, "inf"), ("64", "64.0"), ("0", "0.0"), ("-3", "0.0"), ("1e30", "inf")])
+def test_every_constant_gemm_weight_is_packed_unless_a_cap_is_set(setting: str | None, budget: str):
+    # A fresh process: the budget is read from the environment once per process.
+    env = {k: v for k, v in os.environ.items() if k != "DISC_RAL_PACKED_GEMM_MB"}
+    if setting is not None:
+        env["DISC_RAL_PACKED_GEMM_MB"] = setting
+    code = "from disc.runtime.ral import load_ral; r = load_ral('dnnl'); print(r.set_packed_gemm_mb(1.0), r.set_packed_gemm_mb(float('inf')), r.set_packed_gemm_mb(0))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [budget, "1.0", "inf"]
+
+
+@needs_dnnl
 def test_a_packed_weight_changed_in_place_is_packed_again():
     # Breaking the constant contract: the sampled-values guard notices and repacks.
     ral = load_ral("dnnl")

@@ -382,7 +382,7 @@ class Ral:
     def cache_entries(self) -> dict[str, int]:
         """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans, plans
         of GEMMs on packed weights), how many matmul plans were built so far (each miss builds one),
-        the bytes of packed GEMM weights held (bounded by DISC_RAL_PACKED_GEMM_MB), how many
+        the bytes of packed GEMM weights held (capped by DISC_RAL_PACKED_GEMM_MB if set), how many
         GEMMs ran on the RAL's own panel kernel and up to how many rows it takes (0: never)."""
         fn = self.lib.disc_ral_cpu_cache_entries
         fn.restype, fn.argtypes = _i64, [_i32]
@@ -398,8 +398,8 @@ class Ral:
         }
 
     def set_packed_gemm_mb(self, mb: float) -> float:
-        """Sets how many megabytes of packed constant GEMM weights this process may keep (0: none)
-        and returns the previous limit. Copies already made stay."""
+        """Sets how many megabytes of packed constant GEMM weights this process may keep (0: none,
+        ``math.inf``: no cap, the default) and returns the previous limit. Copies already made stay."""
         fn = self.lib.disc_ral_cpu_set_packed_gemm_mb
         fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_double]
         return fn(mb)
