@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.machine import cpu_name
+from benchmarks.machine import cpu_identity, cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
             "command": "python -m benchmarks " + " ".join(shlex.quote(a) for a in args.argv),
             "cpu": cpu_name(),
+            "cpu_identity": cpu_identity(),
             "threads": torch.get_num_threads(),
             "device": device if device == "cpu" else torch.cuda.get_device_name(),
             "dtype": ", ".join(suite.dtypes),

@@ -451,10 +451,69 @@ def memory_bound_micro(quick: bool, peak_gbs: float, progress: Progress | None =
 # the suite
 
 
+# (vendor, family, model) -> microarchitecture, for the models a shared cloud machine is likely to be:
+# /proc/cpuinfo's model name is often just "Intel(R) Xeon(R) Processor" there, which says nothing of
+# the vector units every figure depends on.
+_INTEL_MODELS = {85: "Skylake-SP/Cascade Lake", 106: "Ice Lake-SP", 143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids"}
+
+
+def _amd_core(family: int, model: int) -> str | None:
+    if family == 0x17:
+        return "Zen 2" if model >= 0x30 else "Zen/Zen+"
+    if family == 0x19:
+        return "Zen 4" if 0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF else "Zen 3"
+    if family == 0x1A:
+        return "Zen 5"
+    return None
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The CPU's vendor, family, model, microarchitecture (where known) and the vector ISA flags
+    that decide kernel choice (AVX2, AVX-512 and its bf16/fp16/VNNI parts, AMX), from /proc/cpuinfo."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    vendor = fields.get("vendor_id", "")
+    family = int(fields["cpu family"]) if fields.get("cpu family", "").isdigit() else None
+    model = int(fields["model"]) if fields.get("model", "").isdigit() else None
+    arch = None
+    if family is not None and model is not None:
+        arch = _INTEL_MODELS.get(model) if vendor == "GenuineIntel" and family == 6 else _amd_core(family, model) if vendor == "AuthenticAMD" else None
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+    return {"vendor": vendor, "family": family, "model": model, "microarchitecture": arch, "isa_flags": [f for f in wanted if f in flags]}
+
+
+def isa_summary(flags: list[str]) -> str:
+    """``isa_flags`` in a few words: 'AVX-512 (VNNI, bf16, fp16), AMX' or 'AVX2' or 'no AVX2'."""
+    if "avx512f" in flags:
+        parts = [name for flag, name in (("avx512_vnni", "VNNI"), ("avx512_bf16", "bf16"), ("avx512_fp16", "fp16")) if flag in flags]
+        text = "AVX-512" + (f" ({', '.join(parts)})" if parts else "")
+    else:
+        text = "AVX2" if "avx2" in flags else "no AVX2"
+    return text + (", AMX" if "amx_tile" in flags else ", no AMX" if "avx512f" in flags else "")
+
+
 def cpu_name() -> str:
+    """The model name with what it does not say: microarchitecture, family/model and vector ISA,
+    e.g. 'Intel(R) Xeon(R) Processor (Emerald Rapids, family 6 model 207; AVX-512 (VNNI, bf16, fp16), no AMX)'."""
     from disc.codegen.cpu.toolchain import cpu_model
 
-    return cpu_model()
+    ident = cpu_identity()
+    if ident["family"] is None:
+        return cpu_model()
+    where = f"family {ident['family']} model {ident['model']}"
+    if ident["microarchitecture"]:
+        where = f"{ident['microarchitecture']}, {where}"
+    return f"{cpu_model()} ({where}; {isa_summary(ident['isa_flags'])})"
 
 
 def _load_average() -> list[float] | None:

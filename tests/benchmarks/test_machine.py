@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.machine import MICROS, compute_peak, progress_steps, run_machine_suite
+from benchmarks.machine import MICROS, compute_peak, cpu_identity, isa_summary, progress_steps, run_machine_suite
 
 MAX_GBS = 2000.0  # far above any CPU's memory or cache bandwidth: a figure above it is a unit or timing bug
 MAX_GFLOPS = 100_000.0
@@ -139,3 +139,29 @@ def test_dynamic_dims_are_named_as_in_a_model(suite):
     kernels = suite[0]["memory_bound"]["kernels"]
     assert kernels["layernorm"]["dynamic"] == {"x": {0: "rows"}}
     assert kernels["softmax"]["dynamic"] == {"scores": {0: "b", 2: "s", 3: "s"}, "mask": {0: "b", 3: "s"}}
+
+
+def _cpuinfo(vendor: str, family: int, model: int, flags: str) -> str:
+    block = f"processor\t: {{}}\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: X\nflags\t\t: {flags}\n"
+    return block.format(0) + "\n" + block.format(1).replace(flags, "sse2")  # only the first processor counts
+
+
+@pytest.mark.parametrize(
+    ("vendor", "family", "model", "flags", "arch", "summary"),
+    [
+        ("AuthenticAMD", 26, 2, "fpu avx2 fma avx512f avx512_vnni avx512_bf16", "Zen 5", "AVX-512 (VNNI, bf16), no AMX"),
+        ("AuthenticAMD", 25, 17, "avx2 fma avx512f avx512_bf16", "Zen 4", "AVX-512 (bf16), no AMX"),
+        ("AuthenticAMD", 25, 1, "avx2 fma", "Zen 3", "AVX2"),
+        ("GenuineIntel", 6, 143, "avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx_tile amx_bf16", "Sapphire Rapids", "AVX-512 (VNNI, bf16, fp16), AMX"),
+        ("GenuineIntel", 6, 207, "avx2 avx512f", "Emerald Rapids", "AVX-512, no AMX"),
+        ("GenuineIntel", 6, 1, "sse2", None, "no AVX2"),
+    ],
+)
+def test_the_cpu_is_named_with_its_microarchitecture_and_vector_units(vendor: str, family: int, model: int, flags: str, arch: str | None, summary: str) -> None:
+    ident = cpu_identity(_cpuinfo(vendor, family, model, flags))
+    assert (ident["vendor"], ident["family"], ident["model"], ident["microarchitecture"]) == (vendor, family, model, arch)
+    assert isa_summary(ident["isa_flags"]) == summary
+
+
+def test_a_cpuinfo_without_fields_gives_an_unknown_identity() -> None:
+    assert cpu_identity("") == {"vendor": "", "family": None, "model": None, "microarchitecture": None, "isa_flags": []}
