@@ -50,6 +50,7 @@ def describe_native(native: Any) -> list[str]:
             f"  (a profiling build, DISC_PROFILE=1: launches and times of every call of this library in this process; "
             f"library calls {library['ns'] / 1e6:.3f} ms in {sum(library['hits'].values())} calls)"
         )
+        lines += _library_sites(native)
     lines += [
         "",
         "-- memory plan (buffers of provably equal size with disjoint lifetimes share a slot; each call packs",
@@ -58,6 +59,34 @@ def describe_native(native: Any) -> list[str]:
         *[f"  {sym} is a count known mid-call: sized at its bound {bound} until its nonzero has run" for sym, bound in src.counts.items()],
     ]
     lines += lp.describe_slots()
+    return lines
+
+
+def _library_sites(native: Any, top: int = 12) -> list[str]:
+    """A profiling build's library calls by kind (op, operand and result types, whether B is a
+    constant weight the RAL may keep packed), the most expensive first: which GEMMs and
+    convolutions the library time goes to, e.g. attention's batched GEMMs against the projections."""
+    lp = native.lowered
+    sites: dict[str, list[int]] = {}  # kind -> [ns, calls, sites]
+    for call, step in zip(native.source.calls, step_profile(native)):
+        if isinstance(call, KernelCall):
+            continue
+        n = call.node
+        operands = " x ".join(str(v.base.type) for v in call.operands)
+        weight = len(call.operands) > 1 and lp.location[call.operands[1].base][0] == "const"
+        kind = f"{n.op} {operands} -> {n.type}" + (" (constant weight)" if weight else "")
+        row = sites.setdefault(kind, [0, 0, 0])
+        row[0] += step["ns"]
+        row[1] += sum(step["calls"].values())
+        row[2] += 1
+    if not sites:
+        return []
+    total = sum(r[0] for r in sites.values()) or 1
+    lines = ["", "-- library calls by kind (profiling build; most time first) --"]
+    for kind, (ns, calls, count) in sorted(sites.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"  {ns / 1e6:9.3f} ms {100 * ns / total:5.1f}%  {count} site(s), {_launches(calls)}: {kind}")
+    if len(sites) > top:
+        lines.append(f"  ... and {len(sites) - top} more kinds")
     return lines
 
 

@@ -108,3 +108,32 @@ def test_explain_of_a_profiling_build_says_which_speculation_version_ran(monkeyp
     plain = disc.compile(_Softmax(), (torch.randn(3, 40),), dynamic={"x": {0: "rows", 1: "cols"}}, backend="native")
     plain(torch.randn(3, 40))
     assert "version row-cached: when s.cols <= 8192\n" in disc.explain(plain) and "a profiling build" not in disc.explain(plain)
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.out = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return self.out(torch.softmax(q @ k.transpose(-1, -2), -1) @ v)
+
+
+def test_explain_of_a_profiling_build_splits_library_time_by_kind(monkeypatch) -> None:
+    """Which GEMMs the library time goes to: the projections on constant weights apart from the
+    attention's GEMMs on activations, each kind with its sites and launches."""
+    monkeypatch.setenv("DISC_PROFILE", "1")
+    m = _Attention()
+    cm = disc.compile(m, (torch.randn(2, 5, 16),), dynamic={"x": {0: "b", 1: "n"}}, backend="native")
+    for b, n in ((1, 1), (2, 7), (3, 4)):
+        x = torch.randn(b, n, 16)
+        torch.testing.assert_close(cm(x), m(x), rtol=1e-5, atol=1e-5)
+    text = disc.explain(cm)
+    section = text.split("-- library calls by kind (profiling build; most time first) --\n", 1)[1].split("\n\n", 1)[0]
+    rows = section.splitlines()
+    assert len(rows) == 4, section  # two projections (different weights' shapes) and the two attention GEMMs
+    assert sum("(constant weight)" in r for r in rows) == 2, section
+    assert all("1 site(s), 3 launches" in r for r in rows), section
+    shares = [float(r.split("%")[0].split()[-1]) for r in rows]
+    assert shares == sorted(shares, reverse=True) and abs(sum(shares) - 100) < 0.5, section
