@@ -655,3 +655,26 @@ def test_memo_keys_tell_equal_values_of_different_types_apart():
     assert _memo_key("full", [], {"value": (1, 2)}) != _memo_key("full", [], {"value": (1.0, 2)})
     assert _memo_key("full", [], {"value": torch.ones(1)}) is None  # not a plain value: never remembered
     assert _memo_key("constant", [], {"ref": "w"}) is None  # a constant's type is its payload's shape
+
+
+def test_a_quotient_minted_before_a_later_fact_made_it_exact_is_settled():
+    """Swin's padded side over its window count: inexact when the ifloordiv is added, exact once
+    a later view ties the sizes (a == 4*b). The verifier re-infers 4 where consumers saw the
+    minted symbol; settling records symbol == 4, and leaves undecided quotients alone."""
+    from disc.ir.ops.shape_ops import settle_minted_symbols
+    from disc.ir.verifier import VerificationError
+
+    g, (a, b, c) = sym_graph("a", "b", "c")
+    x = g.add_input("x", T("f32", a, b, c))
+    rows, cols, depth = (g.add("dim", [x], {"axis": k}) for k in range(3))
+    exact_later = g.add("ifloordiv", [rows, cols])
+    never = g.add("ifloordiv", [rows, depth])
+    assert exact_later.type.value.as_symbol() and never.type.value.as_symbol()
+    g.constraints.add_equal(a, b * 4)
+    g.outputs = [g.add("iota", [exact_later]), g.add("iota", [never])]
+    with pytest.raises(VerificationError, match="but the op computes index\\(4\\)"):
+        verify(g)
+    assert settle_minted_symbols(g) == 1
+    verify(g)
+    assert g.constraints.prove_equal(exact_later.type.value, 4)
+    assert settle_minted_symbols(g) == 0  # idempotent; the undecided one keeps its symbol

@@ -21,6 +21,7 @@ import torch.fx
 
 from disc.ir.builder import GraphBuilder, LoweringError
 from disc.ir.graph import Node
+from disc.ir.ops.shape_ops import settle_minted_symbols
 from disc.ir.types import TensorType, dtype_of_torch
 from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, simplify_dim
 
@@ -438,6 +439,7 @@ def import_fx(
                     imp.output_layout.append(o)
                 else:
                     raise LoweringError(f"graph output {o!r} is not a tensor")
+    settle_minted_symbols(g)
     return imp
 
 

@@ -125,3 +125,30 @@ def imax(a: int, b: int) -> int:
 @register("imin", "a b", dtype=_index, shape=_binary_index(_max_min(False)), category=SHAPE)
 def imin(a: int, b: int) -> int:
     return min(a, b)
+
+
+def settle_minted_symbols(graph: Any) -> int:
+    """Equate each index op's minted symbol (an inexact ``//``, an undecided max/min) with the
+    expression its operands give now, where facts learned after the op was added decide it (Swin's
+    padded side over its window count, exact only once a view tied the sizes). The symbol names
+    exactly the op's value, so the equality is a fact; without it the verifier, re-inferring the op,
+    found a value its consumers never saw. Returns how many symbols were settled."""
+    from disc.ir.registry import infer_type
+    from disc.ir.types import IndexType
+
+    c, settled = graph.constraints, 0
+    for n in graph.nodes:
+        if n.op not in _MINTING_OPS or not isinstance(n.type, IndexType):
+            continue
+        name = as_expr(n.type.value).as_symbol()
+        facts = c.facts.get(name) if name is not None else None
+        if facts is None or facts.source == "" or not name.startswith(_MINTING_OPS[n.op]):
+            continue
+        again = as_expr(infer_type(graph, n.op, list(n.inputs), n.attrs).value)  # type: ignore[union-attr]
+        minted = SymExpr.symbol(name)
+        if again.as_symbol() is None and not c.prove_equal(minted, again) and c.add_equal(minted, again):
+            settled += 1
+    return settled
+
+
+_MINTING_OPS = {"ifloordiv": "div_", "imax": "max_", "imin": "min_"}
