@@ -71,6 +71,18 @@ def _same_padding(x: torch.Tensor) -> torch.Tensor:
     return F.pad(x, (total // 2, total - total // 2)) * 2
 
 
+def _patch_merging(x: torch.Tensor) -> torch.Tensor:
+    # Swin's: pad the map to even sides, then the four phases of each 2x2 patch side by side.
+    h, w = x.shape[1], x.shape[2]
+    x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+    return torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2] ** 2], -1)
+
+
+def _every_third_row(x: torch.Tensor) -> torch.Tensor:
+    x = F.pad(x, (0, 0, 0, (-x.shape[1]) % 3))  # rows padded to a multiple of 3
+    return x[:, 1::3] * 3 + x[:, 2::3] ** 2
+
+
 CASES: dict[str, Case] = {
     # Attention: float32 (the fused CPU kernel eager runs has no float64 path for every variant).
     "sdpa": Case(_sdpa(), lambda b, n, d: _heads(b, n, d), torch.float32, static=HEADS),
@@ -130,6 +142,10 @@ CASES: dict[str, Case] = {
         lambda x, s, i: x.scatter_add(1, i, s), lambda b, n, d: (_r(d, b, n), _r(d, b, 2), torch.randint(0, n, (b, 2)))
     ),
     "slice_and_cat": Case(lambda x: torch.cat([x[:, 1:], x[:, :1] * 2], 1), lambda b, n, d: (_r(d, b, n + 1, 2),)),
+    # Swin's patch merging: x[:, r::2] of a map whose side is a multiple of the step; the backward is
+    # a slice_scatter with a step, written into a (side / step, step) split of the dim.
+    "patch_merging": Case(_patch_merging, lambda b, n, d: (_r(d, b, n, n + 2, 3),)),
+    "every_third_row": Case(_every_third_row, lambda b, n, d: (_r(d, b, n, 2),)),
     # Losses.
     "cross_entropy": Case(lambda x, t: F.cross_entropy(x, t), lambda b, n, d: (_r(d, b * n, 7), torch.randint(0, 7, (b * n,)))),
     "cross_entropy_ignore": Case(

@@ -16,7 +16,7 @@ from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import aten, lower, meta_dtype, norm_axis, size_value
 from disc.ir.builder import broadcast_shapes, broadcast_to, convert, elementwise, reshape, scalar, select
 from disc.ir.graph import Node
-from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
+from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, product, simplify_dim
 
 INT64_MAX = 9223372036854775807
 
@@ -476,13 +476,16 @@ def _scatter_value(ctx: Importer, fx_node, x: Node, axis: int, index: Node, valu
 
 @lower(aten.slice_scatter.default)
 def _slice_scatter(ctx: Importer, fx_node, x: Node, src: Node, axis: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Node:
-    """``x`` with ``x[start:end]`` along ``axis`` replaced by ``src``: the gradient of a slice."""
-    if int(step) != 1:
-        raise LoweringError("slice_scatter with a step")
+    """``x`` with ``x[start:end:step]`` along ``axis`` replaced by ``src``: the gradient of a slice."""
     axis = norm_axis(axis, x.tensor_type.rank)
     dim = x.shape[axis]
     lo, hi = _norm_index(ctx, start, dim, 0), _norm_index(ctx, end, dim, dim)
     c = ctx.graph.constraints
+    if int(step) != 1:
+        # The raw start: a constant below the step is the phase even where the dim may be smaller
+        # (then, a multiple of the step, it is 0 and so is everything scattered).
+        phase = start if isinstance(start, int) and 0 <= start < int(step) else lo
+        return _strided_slice_scatter(ctx, x, convert(ctx, src, x.dtype), axis, phase, hi, int(step))
     parts = []
     if not c.prove_equal(lo, 0):
         parts.append(slice_axis(ctx, x, axis, 0, lo))
@@ -492,6 +495,31 @@ def _slice_scatter(ctx: Importer, fx_node, x: Node, src: Node, axis: int = 0, st
     if len(parts) == 1:
         return parts[0]
     return ctx.graph.add("concat", parts, {"axis": axis})
+
+
+def _strided_slice_scatter(ctx: Importer, x: Node, src: Node, axis: int, lo: DimLike, hi: DimLike, step: int) -> Node:
+    """``x[lo::step] = src`` along ``axis`` where the dim is a multiple of ``step`` and ``lo < step``
+    (Swin's patch merging takes ``x[:, r::2, c::2]`` of an even-sized map): the dim split into
+    (dim / step, step), the phase ``lo`` of the second axis replaced, and merged back. Anything
+    else is left to PyTorch."""
+    c = ctx.graph.constraints
+    dim = as_expr(x.shape[axis])
+    blocks = exact_divide(c.normalize(dim), SymExpr.const(step)) if step > 0 else None
+    start = as_expr(lo)
+    if blocks is None or not start.is_const or not 0 <= start.const_value < step or not c.prove_equal(hi, dim):
+        raise LoweringError("slice_scatter with a step, other than a phase of a dim that is a multiple of the step")
+    phase = start.const_value
+    shape = list(x.shape)
+    split = tuple(shape[:axis] + [simplify_dim(blocks), step] + shape[axis + 1 :])
+    grid = reshape(ctx, x, split)
+    parts = []
+    if phase > 0:
+        parts.append(slice_axis(ctx, grid, axis + 1, 0, phase))
+    parts.append(reshape(ctx, src, tuple(shape[:axis] + [simplify_dim(blocks), 1] + shape[axis + 1 :])))
+    if phase + 1 < step:
+        parts.append(slice_axis(ctx, grid, axis + 1, phase + 1, step))
+    merged = parts[0] if len(parts) == 1 else ctx.graph.add("concat", parts, {"axis": axis + 1})
+    return reshape(ctx, merged, tuple(shape))
 
 
 @lower(aten.cumsum.default)
