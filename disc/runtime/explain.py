@@ -34,7 +34,8 @@ def describe_native(native: Any) -> list[str]:
         "",
         "-- kernels (speculation versions; the first whose condition holds runs) --",
     ]
-    ran = _versions_run(native)
+    steps = _step_counters(native)
+    ran = _versions_run(native, steps) if steps is not None else None
     for call, uses in distinct_kernels(src.calls):
         ops = ", ".join(n.op for n in call.step.group.nodes)
         name = call.kernel.name
@@ -44,13 +45,13 @@ def describe_native(native: Any) -> list[str]:
             for label, cond in zip(call.kernel.versions, call.kernel.conditions):
                 count = f": {_launches(ran[name]['hits'].get(label, 0))}" if ran is not None else ""
                 lines.append(f"    version {label}: when {cond}{count}")
-    if ran is not None:
+    if steps is not None and ran is not None:
         library = ran.get(None, {"ns": 0, "hits": {}})
         lines.append(
             f"  (a profiling build, DISC_PROFILE=1: launches and times of every call of this library in this process; "
             f"library calls {library['ns'] / 1e6:.3f} ms in {sum(library['hits'].values())} calls)"
         )
-        lines += _library_sites(native)
+        lines += _library_sites(native, steps)
     lines += [
         "",
         "-- memory plan (buffers of provably equal size with disjoint lifetimes share a slot; each call packs",
@@ -62,13 +63,13 @@ def describe_native(native: Any) -> list[str]:
     return lines
 
 
-def _library_sites(native: Any, top: int = 12) -> list[str]:
+def _library_sites(native: Any, steps: list[dict], top: int = 12) -> list[str]:
     """A profiling build's library calls by kind (op, operand and result types, whether B is a
     constant weight the RAL may keep packed), the most expensive first: which GEMMs and
     convolutions the library time goes to, e.g. attention's batched GEMMs against the projections."""
     lp = native.lowered
     sites: dict[str, list[int]] = {}  # kind -> [ns, calls, sites]
-    for call, step in zip(native.source.calls, step_profile(native)):
+    for call, step in zip(native.source.calls, steps):
         if isinstance(call, KernelCall):
             continue
         n = call.node
@@ -94,13 +95,18 @@ def _launches(n: int) -> str:
     return f"{n} launch" if n == 1 else f"{n} launches"
 
 
-def _versions_run(native: Any) -> dict[str | None, dict] | None:
-    """Per kernel function (None: the library calls together), nanoseconds and launches per
-    speculation version so far; None unless the program is a profiling build."""
+def _step_counters(native: Any) -> list[dict] | None:
+    """Each step's nanoseconds and launches per version so far, read once per explanation; None
+    unless the program is a profiling build."""
     try:
-        steps = step_profile(native)
+        return step_profile(native)
     except (RuntimeError, OSError):
         return None  # built without the counters (or its library can no longer be opened)
+
+
+def _versions_run(native: Any, steps: list[dict]) -> dict[str | None, dict]:
+    """Per kernel function (None: the library calls together), nanoseconds and launches per
+    speculation version so far."""
     out: dict[str | None, dict] = {}
     for call, step in zip(native.source.calls, steps):
         name = call.kernel.name if isinstance(call, KernelCall) else None
