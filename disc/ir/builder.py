@@ -9,11 +9,14 @@ being built; the helpers take it as their first argument (the PyTorch importer i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from disc.ir.graph import Graph, Node
-from disc.ir.types import FLOAT_DTYPES
+from disc.ir.types import FLOAT_DTYPES, numpy_dtype
 from disc.shape.expr import DimLike, SymExpr, as_expr, product, simplify_dim
 
 
@@ -249,6 +252,49 @@ def positions(ctx: GraphBuilder, shape: Sequence[DimLike], axis: int) -> Node:
     """An i64 tensor of ``shape`` holding each element's index along ``axis``."""
     along = ctx.graph.add("iota", (ctx.index(shape[axis]),), {"dtype": "i64"})
     return ctx.graph.add("broadcast_in_dim", (along, *ctx.sizes(shape)), {"dims": (axis,)})
+
+
+TOPK_UNROLLED = 64  # top-k runs as k selections; a larger k is refused rather than unrolled
+
+
+def top_k(ctx: GraphBuilder, x: Node, axis: int, k: int, largest: bool, what: str = "TopK") -> tuple[Node, Node]:
+    """The ``k`` largest (or smallest) elements along ``axis`` in order, ties by the lower index,
+    and their i64 indices: k rounds that each take the best element not taken yet (NaN counts as
+    the largest, as in PyTorch). An axis not known to hold ``k`` elements is checked at run time."""
+    if k > TOPK_UNROLLED:
+        raise LoweringError(f"{what} with k={k}: disc unrolls top-k as k selections, up to k={TOPK_UNROLLED}")
+    if k <= 0:
+        raise LoweringError(f"{what} with k={k}")
+    c = ctx.graph.constraints
+    n = as_expr(x.shape[axis])
+    if not c.prove_ge(n, k):
+        if n.is_const:
+            raise LoweringError(f"{what}: k={k} is larger than axis {axis} ({n.const_value})")
+        c.assume(n, ">=", k, f"{what}: axis {axis} must have at least k={k} elements")
+    floats = x.dtype in FLOAT_DTYPES
+    if floats:
+        worst: Any = -math.inf if largest else math.inf
+    else:
+        info = np.iinfo(numpy_dtype(x.dtype))
+        worst = info.min if largest else info.max
+    along = positions(ctx, x.shape, axis)
+    taken = broadcast_to(ctx, scalar(ctx, False, "i1"), x.shape)
+    values, indices = [], []
+    for _ in range(k):
+        open_ = select(ctx, taken, worst, x, x.dtype)
+        best = reduce(ctx, open_, [axis], "max" if largest else "min", True)
+        hit = elementwise(ctx, "eq", [x, best], x.dtype)
+        if floats:  # a NaN is the best there is (max/min propagate it); x == NaN never holds
+            nan_best = broadcast_to(ctx, ctx.graph.add("isnan", (best,)), x.shape)
+            hit = elementwise(ctx, "logical_or", [hit, elementwise(ctx, "logical_and", [ctx.graph.add("isnan", (x,)), nan_best], "i1")], "i1")
+        hit = elementwise(ctx, "logical_and", [hit, ctx.graph.add("logical_not", (taken,))], "i1")
+        first = ctx.graph.add("argreduce", (convert(ctx, hit, "i32"),), {"axis": axis, "kind": "argmax", "keepdim": True, "last": False})
+        indices.append(first)
+        values.append(ctx.graph.add("gather", (x, first), {"axis": axis}))
+        taken = elementwise(ctx, "logical_or", [taken, elementwise(ctx, "eq", [along, broadcast_to(ctx, first, x.shape)], "i64")], "i1")
+    if k == 1:
+        return values[0], indices[0]
+    return ctx.graph.add("concat", values, {"axis": axis}), ctx.graph.add("concat", indices, {"axis": axis})
 
 
 def triangle(ctx: GraphBuilder, rows: DimLike, cols: DimLike, upper: bool, diagonal: int = 0) -> Node:

@@ -166,7 +166,9 @@ def test_linear_algebra_einsum_and_normalisation() -> None:
         s = tf.einsum("btnh,bsnh->bnts", q, q)
         o = tf.einsum("bnts,bsnh->btnh", tf.nn.softmax(s), q)
         m = tf.linalg.matmul(x, y, transpose_b=True)  # BatchMatMulV2 with adj_y
-        bn = tf.raw_ops.FusedBatchNormV3(x=x[:, :, None, :], scale=scale, offset=offset, mean=mu, variance=var, epsilon=1e-3, is_training=False)[0]
+        bn = tf.raw_ops.FusedBatchNormV3(
+            x=x[:, :, None, :], scale=scale, offset=offset, mean=mu, variance=var, epsilon=1e-3, is_training=False
+        )[0]
         return o, m, bn, tf.einsum("abc->cb", x)
 
     _check(f, [_spec(None, None, 6), _spec(None, None, 6)], [(1, 1, 6), (1, 1, 6)], [(2, 5, 6), (2, 3, 6)], [(3, 4, 6), (3, 7, 6)])
@@ -193,6 +195,51 @@ def test_elementwise_reductions_and_movement() -> None:
         )
 
     _check(f, [_spec(None, 4)], [(1, 4)], [(5, 4)], [(8, 4)])
+
+
+@pytest.mark.parametrize("align_corners, half_pixel", [(False, False), (True, False), (False, True)])
+def test_resize_bilinear_and_nearest_in_every_coordinate_mode(align_corners: bool, half_pixel: bool) -> None:
+    def f(x):
+        out = []
+        for size in ([5, 7], [1, 1], [3, 3], [12, 3]):
+            for op in (tf.raw_ops.ResizeBilinear, tf.raw_ops.ResizeNearestNeighbor):
+                out.append(op(images=x, size=size, align_corners=align_corners, half_pixel_centers=half_pixel))
+        return out
+
+    # 6 -> 3 with aligned corners puts a source coordinate exactly halfway (2.5): TensorFlow rounds it up.
+    _check(f, [_spec(None, None, None, 3)], [(1, 1, 1, 3)], [(2, 6, 6, 3)], [(1, 13, 9, 3)])
+
+
+def test_resize_to_sizes_computed_from_the_input_shape_and_of_integer_images() -> None:
+    def f(x):
+        twice = tf.shape(x)[1:3] * 2  # what an upsampling layer builds: symbolic at compile time
+        return tf.image.resize(x, twice), tf.image.resize(x, twice, method="nearest"), tf.image.resize(x, [7, 4], method="nearest")
+
+    prog = _check(f, [_spec(None, None, None, 3)], [(1, 1, 1, 3)], [(2, 5, 3, 3)], [(1, 8, 11, 3)])
+    assert prog.report.fallbacks == {}
+    ints = _check(
+        lambda x: (tf.raw_ops.ResizeBilinear(images=x, size=[4, 9]), tf.raw_ops.ResizeNearestNeighbor(images=x, size=[4, 9])),
+        [_spec(None, None, None, 2, dtype=tf.int32)],
+        [(1, 3, 3, 2)],
+        [(2, 7, 2, 2)],
+        dtype=np.int32,
+    )
+    assert ints.report.fallbacks == {}
+
+
+def test_top_k_values_and_indices_ties_by_the_lower_index() -> None:
+    def f(x):
+        top, one = tf.math.top_k(x, 3), tf.math.top_k(x, 1, sorted=False)
+        return top.values, top.indices, one.values, one.indices
+
+    prog = _check(f, [_spec(None, None)], [(1, 3)], [(4, 9)], [(2, 17)])
+    assert prog.report.fallbacks == {}
+    ties = np.array([[1, 3, 3, 2, 3], [0, 0, 0, 0, 0]], np.float32)
+    _close(prog(ties), f(tf.constant(ties)))
+    with pytest.raises(ShapeError, match=r"input .x. dim 1 is 2 but .* must be in \[3, inf\]"):
+        prog(np.ones((2, 2), np.float32))
+    ints = _check(lambda x: tf.math.top_k(x, 2), [_spec(None, 6, dtype=tf.int32)], [(1, 6)], [(5, 6)], dtype=np.int32)
+    assert ints.report.fallbacks == {}
 
 
 def test_integer_ops_floor_semantics() -> None:
@@ -240,11 +287,13 @@ def test_bad_inputs_are_named() -> None:
 def test_ops_outside_the_table_run_in_tensorflow_between_compiled_segments(tmp_path: Path) -> None:
     def f(x):
         y = tf.nn.relu(x) * 2.0
-        top = tf.math.top_k(y, 3)  # TopKV2: not in the table (two outputs, one call)
-        image = tf.image.resize(y[..., None], [5, 7])  # ResizeBilinear: not in the table
+        gram = tf.matmul(y, y, transpose_b=True)
+        gram += 3.0 * tf.linalg.band_part(tf.ones_like(gram), 0, 0)
+        sign, logdet = tf.linalg.slogdet(gram)  # LogMatrixDeterminant: not in the table (two outputs, one call)
+        image = tf.image.resize(y[..., None], [5, 7], method="bicubic")  # ResizeBicubic: not in the table
         ex = tf.math.cumsum(y, axis=1, exclusive=True, reverse=True)  # lowered (a flip, a shifted zero)
         steps = tf.range(0, tf.shape(y)[1], tf.shape(y)[0])  # in the table, refused: a step computed at run time
-        return top.values + 1.0, top.indices, tf.reduce_sum(image, axis=[1, 2]) - 1.0, ex * x, steps * 2
+        return sign + 1.0, logdet, tf.reduce_sum(image, axis=[1, 2]) - 1.0, ex * x, steps * 2
 
     call = tf.function(f)
     prog = disc.tf.compile(call, [_spec(None, None)])
@@ -252,16 +301,16 @@ def test_ops_outside_the_table_run_in_tensorflow_between_compiled_segments(tmp_p
     for shape in [(1, 3), (4, 9), (2, 17)]:
         x = r.standard_normal(shape).astype(np.float32)
         _close(prog(x), call(x))
-    assert prog.report.fallbacks == {"TopKV2": 1, "ResizeBilinear": 1, "Range": 1}
+    assert prog.report.fallbacks == {"LogMatrixDeterminant": 1, "ResizeBicubic": 1, "Range": 1}
     text = disc.explain()
-    assert "TopKV2" in text and "ResizeBilinear" in text
+    assert "LogMatrixDeterminant" in text and "ResizeBicubic" in text
     with pytest.raises(disc.ArtifactError, match="runs in TensorFlow"):
         prog.save(tmp_path / "prog")
 
 
 def test_without_fallback_an_op_outside_the_table_is_named_before_anything_runs() -> None:
-    with pytest.raises(CompileError, match=r"node 'TopKV2' \(TopKV2\): TopKV2 is not in disc's TensorFlow op table"):
-        disc.tf.compile(tf.function(lambda x: tf.math.top_k(x, 2).values), [_spec(None, 5)], fallback=False)
+    with pytest.raises(CompileError, match=r"node 'resize/ResizeBicubic' \(ResizeBicubic\): ResizeBicubic is not in disc's TensorFlow op table"):
+        disc.tf.compile(tf.function(lambda x: tf.image.resize(x, [3, 4], method="bicubic")), [_spec(1, None, None, 2)], fallback=False)
     with pytest.raises(CompileError, match="input_signature"):
         disc.tf.compile(lambda x: x)
 

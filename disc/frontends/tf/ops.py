@@ -21,6 +21,7 @@ from disc.frontends.arrays import DimValue, ShapeValue, arange, dim_arith, known
 from disc.frontends.tf.importer import TfImporter
 from disc.ir.builder import (
     LoweringError,
+    arithmetic,
     batched_matmul,
     broadcast_to,
     convert,
@@ -35,6 +36,7 @@ from disc.ir.builder import (
     slice_bound,
     softmax,
     tile,
+    top_k,
     triangle,
 )
 from disc.ir.graph import Node
@@ -559,6 +561,15 @@ def _cumsum(imp: TfImporter, node: Any, x: Any, axis: Any, exclusive: bool = Fal
 
 
 # -- linear algebra and normalisation ----------------------------------------------------------------------
+@tf_op("TopKV2", "TopK")
+def _top_k(imp: TfImporter, node: Any, x: Any, k: Any = None, sorted: bool = True, index_type: str = "i32", **attrs: Any) -> list[Node]:
+    # (TopK, the first version, holds k as an attribute.) Unsorted results come sorted, which TensorFlow allows.
+    x = imp.tensor(x)
+    count = attrs["k"] if k is None else known_ints(k, "TopKV2's k")[0]
+    values, indices = top_k(imp, x, x.tensor_type.rank - 1, int(count), True, node.op)
+    return [values, convert(imp, indices, index_type)]
+
+
 def _swap_last(imp: TfImporter, x: Node) -> Node:
     r = x.tensor_type.rank
     return imp.graph.add("transpose", (x,), {"perm": (*range(r - 2), r - 1, r - 2)})
@@ -793,3 +804,56 @@ def _pool(
     ones2, _ = _window_padding(imp, ones, padding, axes, kernel, step, [1] * len(axes), explicit_paddings, 0.0)
     count = imp.graph.add("reduce_window", (ones2,), {"kind": "sum", **attrs_})
     return elementwise(imp, "div", [total, count], x.dtype)
+
+
+# -- resizing -------------------------------------------------------------------------------------------------
+@tf_op("ResizeBilinear", "ResizeNearestNeighbor")
+def _resize(imp: TfImporter, node: Any, images: Any, size: Any, align_corners: bool = False, half_pixel_centers: bool = False, **attrs: Any) -> Node:
+    """NHWC images resized to ``size`` (known, or dims of the graph's shapes), one pass per axis
+    (width, then height: TensorFlow's top/bottom lerps in the same order). Source coordinates in
+    float32 as TensorFlow computes them, so each output reads the pixels TensorFlow's does."""
+    x = imp.tensor(images)
+    if x.tensor_type.rank != 4:
+        raise LoweringError(f"{node.op} of a rank-{x.tensor_type.rank} tensor (TensorFlow takes NHWC images)")
+    if align_corners and half_pixel_centers:
+        raise LoweringError(f"{node.op}: align_corners and half_pixel_centers are exclusive (TensorFlow refuses both)")
+    out_h, out_w = shape_dims(size, f"{node.op}'s size")
+    bilinear = node.op == "ResizeBilinear"
+    out = convert(imp, x, "f32") if bilinear and x.dtype != "f32" else x
+    for axis, n_out in ((2, out_w), (1, out_h)):
+        if not imp.graph.constraints.prove_equal(x.shape[axis], n_out):
+            out = _resize_axis(imp, out, axis, x.shape[axis], n_out, bilinear, align_corners, half_pixel_centers)
+    return out
+
+
+def _resize_axis(imp: TfImporter, x: Node, axis: int, n_in: DimLike, n_out: DimLike, bilinear: bool, align_corners: bool, half_pixel: bool) -> Node:
+    op = arithmetic(imp, "f32")
+
+    def f32(d: DimLike) -> Node:
+        return convert(imp, imp.graph.add("index_to_tensor", (imp.index(d),), {"dtype": "i64"}), "f32")
+
+    size_in, size_out = f32(n_in), f32(n_out)
+    scale = op("div", size_in, size_out)
+    if align_corners:  # (in - 1) / (out - 1), for more than one output
+        scale = select(imp, op("gt", size_out, 1.0), op("div", op("sub", size_in, 1.0), op("sub", size_out, 1.0)), scale, "f32")
+    o = convert(imp, imp.graph.add("iota", (imp.index(n_out),), {"dtype": "i64"}), "f32")
+    pos = op("mul", op("add", o, 0.5) if half_pixel else o, scale)
+    last = imp.graph.add("index_to_tensor", (imp.index(as_expr(n_in) - 1),), {"dtype": "i64"})
+
+    def pick(index: Node) -> Node:
+        clamped = elementwise(imp, "minimum", [elementwise(imp, "maximum", [index, 0], "i64"), last], "i64")
+        return imp.graph.add("index_select", (x, clamped), {"axis": axis})
+
+    if not bilinear:  # the nearest pixel: rounded half away from zero with aligned corners, else floored
+        nearest = imp.graph.add("floor", (pos,))
+        if align_corners:
+            nearest = select(imp, op("ge", op("sub", pos, nearest), 0.5), op("add", nearest, 1.0), nearest, "f32")
+        return pick(convert(imp, nearest, "i64"))
+    if half_pixel:
+        pos = op("sub", pos, 0.5)
+    low = imp.graph.add("floor", (pos,))
+    lerp = op("sub", pos, low)
+    below = pick(convert(imp, low, "i64"))
+    above = pick(convert(imp, imp.graph.add("ceil", (pos,)), "i64"))
+    weight = imp.graph.add("broadcast_in_dim", (lerp, *imp.sizes(below.shape)), {"dims": (axis,)})
+    return elementwise(imp, "add", [below, elementwise(imp, "mul", [elementwise(imp, "sub", [above, below], "f32"), weight], "f32")], "f32")

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from disc.frontends.arrays import known_ints as _ints
 from disc.frontends.onnx.importer import OnnxImporter
 from disc.frontends.onnx.ops import onnx_op
@@ -22,12 +20,12 @@ from disc.ir.builder import (
     positions,
     reduce,
     reshape,
-    scalar,
     select,
+    top_k,
 )
 from disc.ir.graph import Node
 from disc.ir.registry import normalize_axis
-from disc.ir.types import FLOAT_DTYPES, numpy_dtype
+from disc.ir.types import FLOAT_DTYPES
 
 _REDUCE = {"ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod", "ReduceMean": "mean"}
 
@@ -102,46 +100,11 @@ def _argreduce(imp: OnnxImporter, node: Any, x: Any, axis: int = 0, keepdims: in
     return imp.graph.add("argreduce", (x,), {"axis": axis, "kind": node.op_type.lower(), "keepdim": bool(keepdims), "last": bool(select_last_index)})
 
 
-TOPK_UNROLLED = 64  # TopK runs as k selections; a larger k is refused rather than unrolled
-
-
 @onnx_op("TopK")
 def _top_k(imp: OnnxImporter, node: Any, x: Any, k: Any, axis: int = -1, largest: int = 1, sorted: int = 1) -> list[Node]:
-    """The k largest (or smallest) elements along ``axis`` in order, ties by the lower index, and
-    their indices: k rounds that each take the best element not taken yet (NaN counts as the
-    largest, as in PyTorch)."""
     x = imp.tensor(x)
-    rank = x.tensor_type.rank
-    a = normalize_axis(axis, rank, "TopK")
-    count = _ints(k, "TopK's k")[0]
-    if count > TOPK_UNROLLED:
-        raise LoweringError(f"TopK with k={count}: disc unrolls TopK as k selections, up to k={TOPK_UNROLLED}")
-    c = imp.graph.constraints
-    if not c.prove_ge(x.shape[a], count):
-        if known_dim(x.shape[a]) is not None:
-            raise LoweringError(f"TopK: k={count} is larger than axis {a} ({x.shape[a]})")
-        c.assume(x.shape[a], ">=", count, f"TopK: axis {a} must have at least k={count} elements")
-    if count == 0:
-        raise LoweringError("TopK with k=0")
-    floats = x.dtype in FLOAT_DTYPES
-    along = positions(imp, x.shape, a)
-    taken = broadcast_to(imp, scalar(imp, False, "i1"), x.shape)
-    values, indices = [], []
-    worst = (-np.inf if largest else np.inf) if floats else (np.iinfo(numpy_dtype(x.dtype)).min if largest else np.iinfo(numpy_dtype(x.dtype)).max)
-    for _ in range(count):
-        open_ = select(imp, taken, worst, x, x.dtype)
-        best = reduce(imp, open_, [a], "max" if largest else "min", True)
-        hit = elementwise(imp, "eq", [x, best], x.dtype)
-        if floats:  # a NaN is the best there is (max/min propagate it); x == NaN never holds
-            nan = imp.graph.add("isnan", (x,))
-            hit = elementwise(imp, "logical_or", [hit, elementwise(imp, "logical_and", [nan, broadcast_to(imp, imp.graph.add("isnan", (best,)), x.shape)], "i1")], "i1")
-        hit = elementwise(imp, "logical_and", [hit, imp.graph.add("logical_not", (taken,))], "i1")
-        first = imp.graph.add("argreduce", (convert(imp, hit, "i32"),), {"axis": a, "kind": "argmax", "keepdim": True, "last": False})
-        indices.append(first)
-        values.append(imp.graph.add("gather", (x, first), {"axis": a}))
-        taken = elementwise(imp, "logical_or", [taken, elementwise(imp, "eq", [along, broadcast_to(imp, first, x.shape)], "i64")], "i1")
-    join = (lambda vs: vs[0]) if count == 1 else (lambda vs: imp.graph.add("concat", vs, {"axis": a}))
-    return [join(values), join(indices)]
+    a = normalize_axis(axis, x.tensor_type.rank, "TopK")
+    return list(top_k(imp, x, a, _ints(k, "TopK's k")[0], bool(largest), "TopK"))
 
 
 _NORM_REDUCE = {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
