@@ -315,6 +315,75 @@ def test_without_fallback_an_op_outside_the_table_is_named_before_anything_runs(
         disc.tf.compile(lambda x: x)
 
 
+def _compilations() -> int:
+    return len([r for r in reports() if r.source == "disc.tf"])
+
+
+def test_a_variable_written_after_compilation_is_noticed_at_the_next_call(caplog: pytest.LogCaptureFixture) -> None:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    model = keras.Model(ids, keras.layers.Dense(3)(keras.layers.Embedding(20, 4)(ids)))
+    prog = disc.tf.compile(model)
+    r = np.random.default_rng(0)
+
+    def agrees(batch: int, n: int) -> None:
+        x = r.integers(0, 20, (batch, n)).astype(np.int32)
+        _close(prog(x), model(x, training=False), 1e-5)
+
+    agrees(1, 1)
+    before = _compilations()
+    dense = model.layers[-1]
+    dense.kernel.assign(dense.kernel * -2.0)  # an eager assign
+    with caplog.at_level("WARNING", logger="disc"):
+        agrees(2, 5)
+    assert _compilations() == before + 1 and "kernel" in caplog.text and "changed since compilation" in caplog.text
+    agrees(3, 1)
+    assert _compilations() == before + 1  # nothing written since: no compilation
+    model.set_weights([w + 0.5 for w in model.get_weights()])
+    agrees(1, 7)
+    assert _compilations() == before + 2
+    model.compile(optimizer="sgd", loss="mse")  # assigns inside TensorFlow's own compiled train step
+    model.fit(r.integers(0, 20, (8, 3)).astype(np.int32), r.standard_normal((8, 3, 3)).astype(np.float32), epochs=1, verbose=0)
+    agrees(2, 3)
+    assert _compilations() == before + 3
+
+
+def test_a_variable_read_by_copy_is_compared_by_value_and_threads_compile_it_once() -> None:
+    import threading
+
+    table = tf.Variable(np.arange(12, dtype=np.float32).reshape(6, 2))
+    fn = tf.function(lambda ids: tf.gather(table, ids) * 2.0)
+    table.scatter_nd_update([[1]], [[7.0, 7.0]])  # a sparse write: reads of the table now copy
+    prog = disc.tf.compile(fn, [_spec(None, dtype=tf.int32)])
+    ids = np.array([1, 5, 1], np.int32)
+    _close(prog(ids), fn(ids))
+    before = _compilations()
+    _close(prog(ids), fn(ids))
+    assert _compilations() == before  # a copy on every read is not a write
+    table.scatter_nd_update([[5]], [[-1.0, -3.0]])
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(prog(ids))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and _compilations() == before + 1
+    for got in results:
+        _close(got, fn(ids))
+
+
+def test_without_the_watch_variables_are_read_once() -> None:
+    weight = tf.Variable(np.ones((3, 2), np.float32))
+    prog = disc.tf.compile(tf.function(lambda x: x @ weight), [_spec(None, 3)], watch_variables=False)
+    x = np.ones((1, 3), np.float32)
+    before = _compilations()
+    weight.assign(weight * 2.0)
+    np.testing.assert_array_equal(prog(x).numpy(), np.full((1, 2), 3.0, np.float32))  # as compiled, by request
+    assert _compilations() == before
+
+
 def test_saved_program_runs_without_tensorflow(tmp_path: Path) -> None:
     call = tf.function(lambda x: tf.nn.gelu(tf.matmul(x, tf.ones([4, 2])) + 1.0))
     prog = disc.tf.compile(call, [_spec(None, 4)])

@@ -18,23 +18,30 @@ same driver and executors as the other frontends (the PyTorch executors where Py
 installed, else the native CPU program through ``disc_runtime``), and ``prog.save(folder)``
 writes a program that runs without TensorFlow.
 
-Inference only: variables are read once, when the program is compiled.
+Inference only. Variables are frozen when the program is compiled; one assigned afterwards
+(``set_weights``, ``fit``, an ``assign``) is noticed at the next call, which compiles again
+(``variables.py``; ``watch_variables=False`` skips the per-call check).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from disc.errors import CompileError
 from disc.frontends.arrays import apply_constraints, bind_inputs, compile_array_graph
 from disc.frontends.tf.importer import TF_DTYPES, InputSpec, import_graph_def
+from disc.frontends.tf.variables import VariableWatch
 
 __all__ = ["TfProgram", "compile", "function", "supported_ops", "trace"]
+
+logger = logging.getLogger("disc")
 
 
 def supported_ops() -> list[str]:
@@ -71,9 +78,21 @@ def _signature(fn: Any, input_signature: Sequence[Any] | None) -> list[Any]:
     )
 
 
-def trace(fn: Any, input_signature: Sequence[Any] | None = None) -> tuple[Any, list[InputSpec], list[str], Any, Any]:
-    """Trace and freeze ``fn``: its GraphDef, input specs, output tensor names, output structure,
-    and a function giving a node's outputs as TensorFlow infers them."""
+@dataclass
+class Traced:
+    """A function traced and frozen: what the importer reads, and the variables it froze."""
+
+    graph_def: Any
+    specs: list[InputSpec]
+    outputs: list[str]  # output tensor names
+    structure: Any  # the function's output structure
+    output_types: Callable[[str], list[tuple[str, tuple[int | None, ...] | None]]]  # a node's outputs as TensorFlow infers them
+    watch: VariableWatch | None  # the frozen variables as they were read, where watched
+
+
+def trace(fn: Any, input_signature: Sequence[Any] | None = None, watch_variables: bool = False) -> Traced:
+    """Trace and freeze ``fn`` (with ``watch_variables``, the variables are read for the watch
+    first, so that a write while freezing shows at the next call)."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
@@ -88,6 +107,7 @@ def trace(fn: Any, input_signature: Sequence[Any] | None = None) -> tuple[Any, l
         concrete = func.get_concrete_function(*sig)
     except Exception as e:
         raise CompileError(f"tracing the function with input_signature={sig} failed: {type(e).__name__}: {e}") from e
+    watch = VariableWatch(concrete.variables) if watch_variables else None
     frozen = convert_variables_to_constants_v2(concrete)
     specs = []
     for s, t in zip(sig, frozen.inputs):
@@ -99,39 +119,76 @@ def trace(fn: Any, input_signature: Sequence[Any] | None = None) -> tuple[Any, l
     outputs = [t.name for t in frozen.outputs]
 
     def output_types(node: str) -> list[tuple[str, tuple[int | None, ...] | None]]:
-        """A node's outputs as TensorFlow's shape inference knows them (for ops run in TensorFlow)."""
         out = []
         for t in frozen.graph.get_operation_by_name(node).outputs:
             dims = None if t.shape.rank is None else tuple(t.shape.as_list())
             out.append((TF_DTYPES.get(t.dtype.as_datatype_enum, t.dtype.name), dims))
         return out
 
-    return frozen.graph.as_graph_def(), specs, outputs, concrete.structured_outputs, output_types
+    return Traced(frozen.graph.as_graph_def(), specs, outputs, concrete.structured_outputs, output_types, watch)
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """One compilation of a TensorFlow function: its program, report, output structure, the
+    call's input names, and the watch over the variables it froze."""
+
+    runner: Any
+    report: Any
+    structure: Any
+    input_names: list[str]
+    watch: VariableWatch | None
 
 
 class TfProgram:
     """A compiled TensorFlow function: call it with its inputs (positional, in the signature's
     order, or by name), tf.Tensors or numpy arrays; returns the function's output structure with
-    tf.Tensors. Stateless: safe from several threads."""
+    tf.Tensors. Stateless: safe from several threads. A variable written since compilation is
+    noticed at the next call, which compiles the function again first."""
 
-    def __init__(self, runner: Any, input_names: list[str], structure: Any, report: Any) -> None:
-        self.runner = runner
-        self.input_names = input_names
-        self.structure = structure
-        self.report = report
+    def __init__(self, build: Callable[[], Compilation], name: str) -> None:
+        self._build = build  # trace, freeze and compile
+        self._name = name
+        self._now = build()  # swapped whole, so that a call sees one compilation's parts
+        self._recompiling = threading.Lock()
+
+    @property
+    def runner(self) -> Any:
+        return self._now.runner
+
+    @property
+    def report(self) -> Any:
+        return self._now.report
+
+    @property
+    def input_names(self) -> list[str]:
+        return self._now.input_names
 
     @property
     def graph(self) -> Any:
         return self.report.graph
 
+    def _current(self) -> Compilation:
+        now = self._now
+        if now.watch is None or not now.watch.changed():
+            return now
+        with self._recompiling:
+            if self._now is now:  # no other thread has compiled it again meanwhile
+                changed = now.watch.changed()
+                shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+                logger.warning("disc: %s: %s changed since compilation; compiling again, so that no stale copy is read", self._name, shown)
+                self._now = self._build()
+            return self._now
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import tensorflow as tf
 
-        values = bind_inputs(self.input_names, args, kwargs)
+        now = self._current()
+        values = bind_inputs(now.input_names, args, kwargs)
         arrays = [v.numpy() if isinstance(v, (tf.Tensor, tf.Variable)) else v for v in values]
-        outs = self.runner.run(self.input_names, arrays)
+        outs = now.runner.run(now.input_names, arrays)
         tensors = [tf.convert_to_tensor(o) for o in outs]
-        return tf.nest.pack_sequence_as(self.structure, tensors)
+        return tf.nest.pack_sequence_as(now.structure, tensors)
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write the program; ``disc.load`` or ``disc_runtime.load`` runs it without TensorFlow."""
@@ -145,28 +202,35 @@ def compile(
     constraints: Any = None,
     backend: str | None = None,
     fallback: bool = True,
+    watch_variables: bool = True,
 ) -> TfProgram:
     """Compile a ``tf.function``, a Keras model or a Python function of tensors once for every shape.
 
     An op disc does not lower runs in TensorFlow between compiled segments (``disc.explain`` lists
-    it); ``fallback=False`` makes it a CompileError naming the op and its node instead."""
+    it); ``fallback=False`` makes it a CompileError naming the op and its node instead. A variable
+    assigned after compilation is noticed at the next call, which compiles again;
+    ``watch_variables=False`` saves that check (about 5 us a variable a call) for variables that
+    never change."""
     from disc.shape.user import parse_user_constraints
 
-    start = time.perf_counter()
     ranges, facts = parse_user_constraints(constraints)
-    graph_def, specs, outputs, structure, output_types = trace(fn, input_signature)
-    names = [spec.call_name for spec in specs]
-    # dynamic= and the call name inputs by the signature's names; the graph knows its placeholders.
-    by_name = {spec.call_name: spec for spec in specs}
-    dyn = {by_name[k].name if k in by_name else k: v for k, v in (dynamic or {}).items()}
-    name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or "tf_function"
-    imp = import_graph_def(graph_def, str(name), specs, outputs, dyn, output_types if fallback else None)
-    graph = imp.graph
-    apply_constraints(graph, ranges, facts)
-    runner, report = compile_array_graph(
-        graph, [s.name for s in specs], len(outputs), "disc.tf", backend, start, imp.host_calls, imp.host_counts
-    )
-    return TfProgram(runner, names, structure, report)
+    name = str(getattr(fn, "name", None) or getattr(fn, "__name__", None) or "tf_function")
+
+    def build() -> Compilation:
+        start = time.perf_counter()
+        traced = trace(fn, input_signature, watch_variables)
+        specs = traced.specs
+        # dynamic= and the call name inputs by the signature's names; the graph knows its placeholders.
+        by_name = {spec.call_name: spec for spec in specs}
+        dyn = {by_name[k].name if k in by_name else k: v for k, v in (dynamic or {}).items()}
+        imp = import_graph_def(traced.graph_def, name, specs, traced.outputs, dyn, traced.output_types if fallback else None)
+        apply_constraints(imp.graph, ranges, facts)
+        runner, report = compile_array_graph(
+            imp.graph, [s.name for s in specs], len(traced.outputs), "disc.tf", backend, start, imp.host_calls, imp.host_counts
+        )
+        return Compilation(runner, report, traced.structure, [spec.call_name for spec in specs], traced.watch)
+
+    return TfProgram(build, name)
 
 
 def function(fn: Callable[..., Any] | None = None, *, input_signature: Sequence[Any], **options: Any) -> Any:
