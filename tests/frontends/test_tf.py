@@ -374,6 +374,28 @@ def test_a_variable_read_by_copy_is_compared_by_value_and_threads_compile_it_onc
         _close(got, fn(ids))
 
 
+def test_the_watch_reads_the_variables_where_its_library_cannot_be_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from disc.frontends.tf import variables
+
+    monkeypatch.setattr(variables, "buffers_library", lambda: None)
+    weight = tf.Variable(np.ones((3, 2), np.float32))
+    table = tf.Variable(np.arange(8, dtype=np.float32).reshape(4, 2))
+    table.scatter_nd_update([[0]], [[5.0, 5.0]])  # copy-on-read: compared by value
+    fn = tf.function(lambda x, ids: (x @ weight, tf.gather(table, ids)))
+    prog = disc.tf.compile(fn, [_spec(None, 3), _spec(None, dtype=tf.int32)])
+    x, ids = np.ones((2, 3), np.float32), np.array([0, 3], np.int32)
+    _close(prog(x, ids), fn(x, ids))
+    before = _compilations()
+    _close(prog(x, ids), fn(x, ids))
+    assert _compilations() == before
+    weight.assign_add(tf.ones((3, 2)))  # in place, were no read held
+    _close(prog(x, ids), fn(x, ids))
+    assert _compilations() == before + 1
+    table.scatter_nd_update([[3]], [[-1.0, -2.0]])
+    _close(prog(x, ids), fn(x, ids))
+    assert _compilations() == before + 2
+
+
 def test_without_the_watch_variables_are_read_once() -> None:
     weight = tf.Variable(np.ones((3, 2), np.float32))
     prog = disc.tf.compile(tf.function(lambda x: x @ weight), [_spec(None, 3)], watch_variables=False)

@@ -26,7 +26,7 @@ import functools
 import logging
 import platform
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +83,26 @@ class VariableWatch:
             return
         read = tf.function(lambda: [v.read_value() for v in self.variables]).get_concrete_function()
         self.held = read()  # shares each variable's buffer (but in copy-on-read mode): a write moves it
-        self._locate = self._op_locator()
-        if self._locate is not None:
-            self.addresses = self._locate().copy()
-        else:
-            self._locate = lambda: np.array([_address(t) for t in read()], np.int64)
-            self.addresses = self._locate()
-            self.addresses[self._locate() != self.addresses] = COPIES  # a read that copies: a fresh address each time
+        self._locate = self._op_locator() or self._read_locator(read)
+        self.addresses = self._locate()
         self.by_value = {int(i): self.held[i]._numpy() for i in np.flatnonzero(self.addresses == COPIES)}
 
-    def _op_locator(self) -> Any:
+    def _read_locator(self, read: Any) -> Callable[[], np.ndarray]:
+        """The addresses of a read of every variable (through ``read``, one concrete function)."""
+
+        def addresses() -> np.ndarray:
+            return np.array([_address(t) for t in read()], np.int64)
+
+        copies = addresses() != addresses()  # a read that copies: a fresh address each time, so no address
+
+        def locate() -> np.ndarray:
+            now = addresses()
+            now[copies] = COPIES
+            return now
+
+        return locate
+
+    def _op_locator(self) -> Callable[[], np.ndarray] | None:
         """The addresses through the watch library, or None (not built; variables on a device
         it has no kernel for)."""
         import tensorflow as tf
