@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from disc.ir.graph import Graph, Node
-from disc.ir.payloads import is_scalar_payload, scalar, splat_value
+from disc.ir.payloads import is_numpy, is_scalar_payload, scalar, splat_value
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import FLOAT_DTYPES, IndexType, TensorType
 from disc.passes.rewrite import New, Replacement, Rewriter, graph_pass
@@ -236,6 +236,27 @@ def fold_scalar_constants(n: Node, g: Graph) -> Replacement | None:
     return out if is_scalar_payload(out) else None
 
 
+def narrow_constant(n: Node, g: Graph) -> Replacement | None:
+    """A stored float constant (a weight) narrowed to a 16-bit float, once, when compiling: under
+    ``torch.autocast`` a float32 model's weights reach every GEMM through a ``convert``, which
+    the program would otherwise run over all of them at every call. The op's reference rounds
+    as the program does (to nearest even), so the constant is the bits the program computed."""
+    src = n.inputs[0]
+    if src.op != "constant" or src.attrs.get("ref") is None or n.attrs.get("dtype") not in ("bf16", "f16"):
+        return None
+    if not isinstance(src.type, TensorType) or src.type.dtype != "f32":
+        return None  # (from f64, a kernel may round twice, through f32)
+    value = g.constants.get(src.attrs["ref"])
+    if value is None:
+        return None
+    if is_numpy(value):  # (numpy's own float16 rounds to nearest even; its bfloat16 is not numpy's)
+        return value.astype(np.float16) if n.attrs["dtype"] == "f16" else None
+    try:
+        return get_spec("convert").reference(value, dtype=n.attrs["dtype"])
+    except ImportError:
+        return None
+
+
 # The table, read top to bottom; "*" applies to every elementwise op.
 RULES: list[tuple[str, Rule]] = [
     ("mul", _mul_one),  # x * 1 -> x, 1 * x -> x
@@ -266,6 +287,7 @@ RULES: list[tuple[str, Rule]] = [
     ("select", _select_const),  # select(true, x, y) -> x, select(false, x, y) -> y
     ("sub", _sub_neg),  # x - neg(y) -> x + y
     ("add", _add_neg),  # x + neg(y) -> x - y
+    ("convert", narrow_constant),  # convert(weight, bf16/f16) -> a 16-bit weight, once (autocast)
     ("*", fold_scalar_constants),  # op(c1, c2) -> c for scalar constants (the op's reference semantics)
 ]
 

@@ -155,6 +155,39 @@ def test_folds_scalar_constants():
     assert out.constants["6"].item() is True
 
 
+def test_a_weight_narrowed_to_16_bits_is_narrowed_once_when_compiling():
+    # autocast: a float32 weight reaches its GEMM through convert(bf16); the folded constant is
+    # the reference's rounding (to nearest even), bit for bit, and an activation's convert stays.
+    w = torch.randn(4, 3) * 1000 + torch.tensor([[1.00390625, -2.0078125, 3.5]])  # halfway cases among them
+    out = check_golden(
+        simplify,
+        """
+        func @main(%x: f32[a, 4]) {
+          sym a in [1, inf]  (input 'x' dim 0)
+          %0 = constant() {dtype="f32", ref="w", value=none} : f32[4, 3]
+          %1 = convert(%0) {dtype="bf16"} : bf16[4, 3]
+          %2 = convert(%0) {dtype="f16"} : f16[4, 3]
+          %3 = convert(%x) {dtype="bf16"} : bf16[a, 4]
+          %4 = dot_general(%3, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : bf16[a, 3]
+          return %4, %2
+        }
+        """,
+        """
+        func @main(%x: f32[a, 4]) {
+          sym a in [1, inf]  (input 'x' dim 0)
+          %0 = constant() {dtype="f32", ref="w", value=none} : f32[4, 3]
+          %1 = constant() {dtype="bf16", ref="1", value=none} : bf16[4, 3]
+          %2 = constant() {dtype="f16", ref="2", value=none} : f16[4, 3]
+          %3 = convert(%x) {dtype="bf16"} : bf16[a, 4]
+          %4 = dot_general(%3, %1) {lhs_batch=[], lhs_contract=[1], rhs_batch=[], rhs_contract=[0]} : bf16[a, 3]
+          return %4, %2
+        }
+        """,
+        constants={"w": w},
+    )
+    assert torch.equal(out.constants["1"], w.to(torch.bfloat16)) and torch.equal(out.constants["2"], w.to(torch.float16))
+
+
 def test_replacements_must_keep_the_exact_type():
     # 1 * y where the 1 is broadcast to [a*b] and y is [c*d]: equal only
     # through a product equality, so written differently. Dropping the mul

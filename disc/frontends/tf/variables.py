@@ -17,6 +17,8 @@ cannot be built the watch reads every variable through one concrete function and
 read's address (~3 ms a call for ResNet50's 320 variables, measured between calls of its program). A variable in TensorFlow's copy-on-read mode
 (after a sparse access: ``ResourceGather``, a scatter update) copies at every read and is written
 in place, so its buffer says nothing; those are compared by value, which reads them whole.
+Holding the reads costs nothing until a variable is written; then its old buffer stays alive
+(one copy of what was written) until the next call compiles again and lets it go.
 """
 
 from __future__ import annotations
