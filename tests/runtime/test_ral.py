@@ -705,6 +705,28 @@ def test_16_bit_gemm_accumulates_in_f32_and_rounds_once(ral, dtype, ha, hb):
     assert rel_err(got, exact) <= 2 * step
 
 
+@needs_dnnl
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("m", [1, 7, 66])
+def test_a_16_bit_constant_weight_is_packed_once_and_again_when_changed(dtype, m):
+    # A bf16/f16 weight (autocast's narrowed copy, a 16-bit model) packed into the layout oneDNN's
+    # kernel reads, counted with float32's packed weights; a weight changed in place is repacked.
+    ral = load_ral("dnnl")
+    a, w = torch.randn(m, 256).to(dtype), torch.randn(384, 256).to(dtype)  # a Linear's [out, in] weight
+    args, out = ral_mod.gemm_args(a, w.t(), b_is_constant=True)
+    start = ral.cache_entries()["packed_gemm_bytes"]
+    ral.call_gemm(args)
+    step = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    assert out.dtype == dtype and rel_err(out, ref_mm(a.float(), w.float().t())) <= 2 * step
+    if ral.cache_entries()["packed_gemm_bytes"] == start:
+        pytest.skip("this CPU's oneDNN has no packed-weight kernel for this 16-bit type")
+    held = ral.cache_entries()["packed_gemm_bytes"]
+    w.mul_(-3.0)
+    ral.call_gemm(args)
+    assert rel_err(out, ref_mm(a.float(), w.float().t())) <= 2 * step
+    assert ral.cache_entries()["packed_gemm_bytes"] == held  # the new copy replaced the old
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
 def test_16_bit_gemm_batches_and_degenerate_extents(ral, dtype):
     for m, n, k in [(0, 3, 4), (1, 1, 1), (1, 7, 0), (5, 1, 9), (1, 33, 64)]:

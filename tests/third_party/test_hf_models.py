@@ -370,3 +370,33 @@ def test_bf16_inference_is_as_close_to_float32_as_eager(name: str) -> None:
         assert r.backend is not None and r.backend.name.startswith("native-cpu"), (r.name, r.backend and r.backend.reason)
         host = [n for stage in r.backend.segments.host_ops for n in stage] if r.backend.segments else []
         assert all(n.op == "convolution" for n in host), [(n.op, r.backend.segments.reasons.get(n)) for n in host]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_bf16_autocast_inference_is_as_close_to_float32_as_eager(name: str) -> None:
+    """A float32 model under ``torch.autocast("cpu", torch.bfloat16)`` through the plug-in: the
+    GEMMs in bf16 (autocast's converts fused into the kernels around them), the weights narrowed
+    to bf16 once, when compiling, and packed; no further off float32 than eager under autocast."""
+    torch._dynamo.reset()
+    arch = ARCHS[name]
+    model = arch.build().eval()
+    seen = _Compilations()
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    for k, (b, n) in enumerate(arch.stream[:3]):  # size 1 first
+        args, kwargs = arch.inputs(b, n, k)
+        with torch.no_grad():
+            exact = [o.double() for o in arch.output(model(*args, **kwargs))]
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = arch.output(compiled(*args, **kwargs))
+                eager = arch.output(model(*args, **kwargs))
+        disc_off = _output_error([g.double() for g in got], exact)
+        eager_off = _output_error([e.double() for e in eager], exact)
+        assert 0 < eager_off and disc_off <= 2 * eager_off + 1e-3, (b, n, disc_off, eager_off)
+    reports = seen.new()
+    assert len(reports) <= 2  # the size-1 graph and the general one
+    for r in reports:
+        assert r.backend is not None and r.backend.name.startswith("native-cpu"), (r.name, r.backend and r.backend.reason)
+        assert not (r.backend.segments and r.backend.segments.host_ops), r.name
+        narrowed_per_call = [n for n in r.graph.nodes if n.op == "convert" and n.inputs[0].op == "constant" and n.attrs["dtype"] == "bf16"]
+        assert not narrowed_per_call, [(n.name, n.inputs[0].type) for n in narrowed_per_call][:3]

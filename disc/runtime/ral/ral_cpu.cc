@@ -1455,9 +1455,10 @@ struct Matmul16Plan {
   dnnl::matmul prim;
   size_t scratch = 0;
   memory::desc a, b, c;
+  memory::desc b_user;  // B as stored, where `b` is the layout a constant B is packed into
   bool usable = false;  // oneDNN has a matmul for this type on this CPU (else the plain loop runs)
 };
-constexpr int kMatmul16KeyLen = 9;
+constexpr int kMatmul16KeyLen = 10;
 using Matmul16Key = std::array<int64_t, kMatmul16KeyLen>;
 
 SharedCache<Matmul16Key, Matmul16Plan, ArrayHash<kMatmul16KeyLen>>& matmul16_cache() {
@@ -1465,22 +1466,114 @@ SharedCache<Matmul16Key, Matmul16Plan, ArrayHash<kMatmul16KeyLen>>& matmul16_cac
   return *cache;
 }
 
-std::shared_ptr<const Matmul16Plan> matmul16_plan(const disc_gemm_args& x, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int64_t crs) {
-  const Matmul16Key key{x.m, x.n, x.k, ars, acs, brs, bcs, crs, x.dtype};
+// `packed_b`: B in the layout oneDNN's kernel reads (a constant B, packed once by gemm_16bit).
+std::shared_ptr<const Matmul16Plan> matmul16_plan(const disc_gemm_args& x, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int64_t crs,
+                                                  bool packed_b) {
+  const Matmul16Key key{x.m, x.n, x.k, ars, acs, brs, bcs, crs, x.dtype, packed_b ? 1 : 0};
   if (auto plan = matmul16_cache().find(key)) return plan;
   const auto dt = x.dtype == DISC_GEMM_BF16 ? memory::data_type::bf16 : memory::data_type::f16;
   auto plan = std::make_shared<Matmul16Plan>();
   plan->a = memory::desc({x.m, x.k}, dt, memory::dims{ars, acs});
-  plan->b = memory::desc({x.k, x.n}, dt, memory::dims{brs, bcs});
+  plan->b_user = memory::desc({x.k, x.n}, dt, memory::dims{brs, bcs});
+  plan->b = packed_b ? memory::desc({x.k, x.n}, dt, tag::any) : plan->b_user;
   plan->c = memory::desc({x.m, x.n}, dt, memory::dims{crs, 1});
   try {
     dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, plan->b, plan->c, user_scratchpad());
     plan->prim = dnnl::matmul(pd);
+    plan->b = pd.weights_desc();
     plan->scratch = pd.scratchpad_desc().get_size();
     plan->usable = true;
   } catch (const dnnl::error&) {  // no 16-bit matmul in this oneDNN build or on this CPU
   }
   return matmul16_cache().insert(key, plan);
+}
+#endif
+
+#ifdef DISC_HAVE_DNNL
+// A constant 16-bit B (a weight: bf16 or f16 models, autocast's narrowed copies) packed once into
+// the layout oneDNN's kernel reads. As stored, oneDNN's 16-bit matmul falls back to its gemm
+// kernel, which packs B at every call: BERT-small under bf16 autocast on a 2-core AVX512-BF16 Xeon
+// spent most of its GEMM time there. Counted against the packed-GEMM budget like float32 weights;
+// nullopt: no such kernel, or past the budget (B is read as stored).
+std::optional<int32_t> run_packed_b16(disc_ral_ctx* ctx, const disc_gemm_args& x, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int64_t crs) {
+  if (x.m * x.n * x.k < kPackedMinMacs) return std::nullopt;
+  std::shared_ptr<const Matmul16Plan> plan = matmul16_plan(x, ars, acs, brs, bcs, crs, /*packed_b=*/true);
+  if (!plan->usable || plan->b == plan->b_user) return std::nullopt;
+  const auto* b = static_cast<const uint16_t*>(x.b);
+  // -2 in the last place: a 16-bit GEMM's B (float32 GEMMs have -1, convolutions their groups).
+  const WeightKey wkey{static_cast<int64_t>(reinterpret_cast<uintptr_t>(b)), x.k, x.n, brs, bcs, -2};
+  float now[kWeightSamples];  // the sampled elements' bits, exact in a float
+  const int64_t count = x.k * x.n;
+  for (int i = 0; i < kWeightSamples; ++i) {
+    const int64_t at = (count - 1) * i / (kWeightSamples - 1);
+    now[i] = static_cast<float>(b[(at / x.n) * brs + (at % x.n) * bcs]);
+  }
+  dnnl::stream s(cpu_engine());
+  std::shared_ptr<const PackedWeights> packed = weight_cache().current(wkey, plan->b, now);
+  if (!packed) {
+    const int64_t bytes = static_cast<int64_t>(plan->b.get_size());
+    if (!weight_cache().reserve(bytes, packed_gemm_budget().load())) return std::nullopt;
+    const Reorder to_b(plan->b_user, plan->b);
+    Scratch reorder_scratch(ctx, static_cast<int64_t>(to_b.scratch));
+    if (to_b.scratch == 0 || reorder_scratch.ptr != nullptr)
+      packed = pack_weights(ctx, s, wkey, plan->b, now, to_b, memory(plan->b_user, cpu_engine(), const_cast<uint16_t*>(b)), reorder_scratch.ptr, bytes);
+    if (!packed) {
+      weight_cache().release(bytes);
+      return 1;
+    }
+  }
+  Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
+  if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
+  dnnl::engine& eng = cpu_engine();
+  run(plan->prim, s,
+      {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<void*>(x.a))},
+       {DNNL_ARG_WEIGHTS, memory(plan->b, eng, packed->data.get())},
+       {DNNL_ARG_DST, memory(plan->c, eng, x.c)}},
+      plan->scratch, scratch.ptr);
+  s.wait();
+  return 0;
+}
+
+// Small 16-bit GEMMs (attention's products, one per head) through float32: oneDNN's 16-bit matmul
+// spent ~10 us of setup on each 33x64x33 product of BERT-small under bf16 autocast (0.14 MFLOP),
+// where widening both operands, dnnl_sgemm and one rounding of C take 1-3 us. Exact in the same
+// sense as oneDNN's: 16-bit values are exact in float32, products summed in float32, C rounded
+// once (to nearest even, as the kernels round). Batches go one per thread, as float32's do.
+constexpr int64_t kSmall16Macs = int64_t{1} << 20;
+
+int32_t gemm_16bit_via_f32(disc_ral_ctx* ctx, const disc_gemm_args& x, const BatchDims& bd) {
+  const auto* a = static_cast<const uint16_t*>(x.a);
+  const auto* b = static_cast<const uint16_t*>(x.b);
+  auto* c = static_cast<uint16_t*>(x.c);
+  const int64_t af = x.m * x.k, bf = x.k * x.n, per = af + bf + x.m * x.n;
+  const int nthr = omp_get_max_threads();
+  const bool over_batch = nthr > 1 && bd.count >= nthr;
+  Scratch buf(ctx, (over_batch ? nthr : 1) * per * int64_t(sizeof(float)));
+  if (buf.ptr == nullptr) return 1;
+  auto one = [&](int64_t bi, float* w) {
+    int64_t oa, ob, oc;
+    bd.offsets(bi, &oa, &ob, &oc);
+    float *fa = w, *fb = w + af, *fc = w + af + bf;
+    for (int64_t i = 0; i < x.m; ++i)
+      for (int64_t p = 0; p < x.k; ++p) fa[i * x.k + p] = widen16(a[oa + i * x.a_rs + p * x.a_cs], x.dtype);
+    for (int64_t p = 0; p < x.k; ++p)
+      for (int64_t j = 0; j < x.n; ++j) fb[p * x.n + j] = widen16(b[ob + p * x.b_rs + j * x.b_cs], x.dtype);
+    const dnnl_status_t st = dnnl_sgemm('N', 'N', x.m, x.n, x.k, 1.0f, fa, x.k, fb, x.n, 0.0f, fc, x.n);
+    if (st != dnnl_success) return false;
+    for (int64_t i = 0; i < x.m; ++i)
+      for (int64_t j = 0; j < x.n; ++j) c[oc + i * x.c_rs + j] = narrow16(fc[i * x.n + j], x.dtype);
+    return true;
+  };
+  if (!over_batch) {
+    for (int64_t bi = 0; bi < bd.count; ++bi)
+      if (!one(bi, buf.f())) return fail(ctx, "gemm: dnnl_sgemm failed (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k);
+    return 0;
+  }
+  int32_t failed = 0;
+#pragma omp parallel for schedule(static)
+  for (int64_t bi = 0; bi < bd.count; ++bi)
+    if (!__atomic_load_n(&failed, __ATOMIC_RELAXED) && !one(bi, buf.f() + omp_get_thread_num() * per)) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+  return failed ? fail(ctx, "gemm: dnnl_sgemm failed (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k) : 0;
 }
 #endif
 
@@ -1495,8 +1588,12 @@ int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x, BatchDims bd) {
   auto* c = static_cast<uint16_t*>(x.c);
 #ifdef DISC_HAVE_DNNL
   int64_t ars = x.a_rs, acs = x.a_cs, brs = x.b_rs, bcs = x.b_cs, crs = x.m == 1 ? x.n : x.c_rs;
+  const bool plain = x.k > 0 && plain_strides(x.m, x.k, ars, acs) && plain_strides(x.k, x.n, brs, bcs) && crs >= x.n;
+  if (plain && x.b_is_constant && bd.count == 1)
+    if (std::optional<int32_t> rc = run_packed_b16(ctx, x, ars, acs, brs, bcs, crs)) return *rc;
+  if (x.k > 0 && x.m * x.n * x.k < kSmall16Macs && !(x.b_is_constant && bd.count == 1)) return gemm_16bit_via_f32(ctx, x, bd);
   std::shared_ptr<const Matmul16Plan> plan;
-  if (x.k > 0 && plain_strides(x.m, x.k, ars, acs) && plain_strides(x.k, x.n, brs, bcs) && crs >= x.n) plan = matmul16_plan(x, ars, acs, brs, bcs, crs);
+  if (plain) plan = matmul16_plan(x, ars, acs, brs, bcs, crs, /*packed_b=*/false);
   if (plan && plan->usable) {
     Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
     if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
