@@ -368,7 +368,7 @@ class _ProgramEmitter:
         # program, which holds the buffers by their base addresses.
         if n.dtype in GEMM_DTYPES:  # 16-bit operands and result, accumulated in f32 by the RAL
             lines.append(f"    g.dtype = {GEMM_DTYPES[n.dtype]};")
-        elif self.lp.location[rhs.base][0] == "const" and self.c.normalize(rhs.offset) == SymExpr.const(0):
+        if self.lp.location[rhs.base][0] == "const" and self.c.normalize(rhs.offset) == SymExpr.const(0):
             lines.append("    g.b_is_constant = 1;")
         lines.append("    if (ral->gemm(ctx, &g)) return 1;")
         lines.append("  }")

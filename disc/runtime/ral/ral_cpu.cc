@@ -1466,6 +1466,8 @@ SharedCache<Matmul16Key, Matmul16Plan, ArrayHash<kMatmul16KeyLen>>& matmul16_cac
   return *cache;
 }
 
+constexpr int64_t kPackedLayoutRows = 64;  // the rows of the GEMM a 16-bit B's packed layout is chosen for, if fewer
+
 // `packed_b`: B in the layout oneDNN's kernel reads (a constant B, packed once by gemm_16bit).
 std::shared_ptr<const Matmul16Plan> matmul16_plan(const disc_gemm_args& x, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int64_t crs,
                                                   bool packed_b) {
@@ -1479,6 +1481,14 @@ std::shared_ptr<const Matmul16Plan> matmul16_plan(const disc_gemm_args& x, int64
   plan->c = memory::desc({x.m, x.n}, dt, memory::dims{crs, 1});
   try {
     dnnl::matmul::primitive_desc pd(cpu_engine(), plan->a, plan->b, plan->c, user_scratchpad());
+    if (packed_b && pd.weights_desc() == plan->b_user && x.m < kPackedLayoutRows) {
+      // For a few rows oneDNN picks its gemm kernel, which packs B at every call; its brgemm takes
+      // the packed layout it chooses for more rows at any m (8 rows of BERT-small's projections
+      // under autocast: 12-16 us a call, packed 3-5).
+      const memory::desc more_a({kPackedLayoutRows, x.k}, dt, tag::ab), more_c({kPackedLayoutRows, x.n}, dt, tag::ab);
+      const memory::desc packed = dnnl::matmul::primitive_desc(cpu_engine(), more_a, plan->b, more_c, user_scratchpad()).weights_desc();
+      if (packed != plan->b_user) pd = dnnl::matmul::primitive_desc(cpu_engine(), plan->a, packed, plan->c, user_scratchpad());
+    }
     plan->prim = dnnl::matmul(pd);
     plan->b = pd.weights_desc();
     plan->scratch = pd.scratchpad_desc().get_size();
