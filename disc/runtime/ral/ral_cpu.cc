@@ -1110,6 +1110,23 @@ std::atomic<int64_t>& packed_gemm_budget() {
   return bytes;
 }
 
+// A GEMM's constant B (as stored: `b_user` at `b`) packed into `md`: the cached copy, or one packed
+// now and counted against the packed-GEMM budget. nullopt: past the budget (the caller reads B as
+// stored); nullptr: out of memory (reported in ctx).
+std::optional<std::shared_ptr<const PackedWeights>> packed_gemm_weight(disc_ral_ctx* ctx, dnnl::stream& s, const WeightKey& key, const memory::desc& md,
+                                                                      const memory::desc& b_user, const void* b, const float* now) {
+  std::shared_ptr<const PackedWeights> packed = weight_cache().current(key, md, now);
+  if (packed) return packed;
+  const int64_t bytes = static_cast<int64_t>(md.get_size());
+  if (!weight_cache().reserve(bytes, packed_gemm_budget().load())) return std::nullopt;
+  const Reorder to_b(b_user, md);  // once per weight: not worth caching
+  Scratch reorder_scratch(ctx, static_cast<int64_t>(to_b.scratch));
+  if (to_b.scratch == 0 || reorder_scratch.ptr != nullptr)
+    packed = pack_weights(ctx, s, key, md, now, to_b, memory(b_user, cpu_engine(), const_cast<void*>(b)), reorder_scratch.ptr, bytes);
+  if (!packed) weight_cache().release(bytes);
+  return packed;
+}
+
 void sample_b(const Gemm2D& g, float* out) {
   const int64_t count = g.k * g.n;
   for (int i = 0; i < kWeightSamples; ++i) {
@@ -1253,20 +1270,10 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
   float now[kWeightSamples];
   sample_b(g, now);
   dnnl::stream s(cpu_engine());
-  std::shared_ptr<const PackedWeights> packed = weight_cache().current(wkey, plan->b, now);
-  if (!packed) {
-    const int64_t bytes = static_cast<int64_t>(plan->b.get_size());
-    if (!weight_cache().reserve(bytes, packed_gemm_budget().load())) return std::nullopt;
-    const Reorder to_b(plan->b_user, plan->b);  // once per weight: not worth caching
-    Scratch reorder_scratch(ctx, static_cast<int64_t>(to_b.scratch));
-    if (to_b.scratch == 0 || reorder_scratch.ptr != nullptr)
-      packed = pack_weights(ctx, s, wkey, plan->b, now, to_b, memory(plan->b_user, cpu_engine(), const_cast<float*>(g.b)),
-                            reorder_scratch.ptr, bytes);
-    if (!packed) {
-      weight_cache().release(bytes);
-      return 1;
-    }
-  }
+  const std::optional<std::shared_ptr<const PackedWeights>> held = packed_gemm_weight(ctx, s, wkey, plan->b, plan->b_user, g.b, now);
+  if (!held) return std::nullopt;
+  if (!*held) return 1;
+  const std::shared_ptr<const PackedWeights>& packed = *held;
   if (depth > 0) {
     panel_gemm(g, la.ld, packed->data.get(), depth);
     return 0;
@@ -1519,25 +1526,15 @@ std::optional<int32_t> run_packed_b16(disc_ral_ctx* ctx, const disc_gemm_args& x
     now[i] = static_cast<float>(b[(at / x.n) * brs + (at % x.n) * bcs]);
   }
   dnnl::stream s(cpu_engine());
-  std::shared_ptr<const PackedWeights> packed = weight_cache().current(wkey, plan->b, now);
-  if (!packed) {
-    const int64_t bytes = static_cast<int64_t>(plan->b.get_size());
-    if (!weight_cache().reserve(bytes, packed_gemm_budget().load())) return std::nullopt;
-    const Reorder to_b(plan->b_user, plan->b);
-    Scratch reorder_scratch(ctx, static_cast<int64_t>(to_b.scratch));
-    if (to_b.scratch == 0 || reorder_scratch.ptr != nullptr)
-      packed = pack_weights(ctx, s, wkey, plan->b, now, to_b, memory(plan->b_user, cpu_engine(), const_cast<uint16_t*>(b)), reorder_scratch.ptr, bytes);
-    if (!packed) {
-      weight_cache().release(bytes);
-      return 1;
-    }
-  }
+  const std::optional<std::shared_ptr<const PackedWeights>> packed = packed_gemm_weight(ctx, s, wkey, plan->b, plan->b_user, b, now);
+  if (!packed) return std::nullopt;
+  if (!*packed) return 1;
   Scratch scratch(ctx, static_cast<int64_t>(plan->scratch));
   if (plan->scratch > 0 && scratch.ptr == nullptr) return 1;
   dnnl::engine& eng = cpu_engine();
   run(plan->prim, s,
       {{DNNL_ARG_SRC, memory(plan->a, eng, const_cast<void*>(x.a))},
-       {DNNL_ARG_WEIGHTS, memory(plan->b, eng, packed->data.get())},
+       {DNNL_ARG_WEIGHTS, memory(plan->b, eng, (*packed)->data.get())},
        {DNNL_ARG_DST, memory(plan->c, eng, x.c)}},
       plan->scratch, scratch.ptr);
   s.wait();
