@@ -65,9 +65,10 @@ def test_compute_peak(suite):
     assert isinstance(compute["contended"], bool)
     assert compute["peak_gflops"] == (compute["threads"] * best_one if compute["contended"] else best_all)
     # A library GEMM cannot beat the FMA peak; torch's best GEMM is measured in the same run, so
-    # allow for noise but catch a probe that counts wrong (a lost factor of the lanes). The bound is
-    # every thread at the one-thread best: on a shared machine the all-threads probe can meet a busy
-    # core the GEMM did not (CI: 165 GFLOP/s probed against a 293 GFLOP/s GEMM, same run).
+    # allow for noise but catch a probe that counts wrong: a lost factor of the lanes is at least 4x
+    # (4, 8 or 16 floats a vector). The bound is every thread at the one-thread best: on a shared
+    # machine the probes can meet a core busy with the other test worker that the GEMM did not
+    # (CI: 165 GFLOP/s probed against a 293 GFLOP/s GEMM; later 219 against 329, after three probes).
     ceiling = max(compute["peak_gflops"], compute["threads"] * best_one)
     gemm = suite[0]["gemm"]["peak_gflops"]
     for _ in range(3):  # a probe met by the other test worker on a core: probe again (a ceiling is the best seen)
@@ -75,7 +76,7 @@ def test_compute_peak(suite):
             break
         again = compute_peak(quick=True)
         ceiling = max(ceiling, again["peak_gflops"], again["threads"] * again["one_thread"]["best_gflops"])
-    assert gemm <= 1.5 * ceiling, (gemm, ceiling)
+    assert gemm <= 3 * ceiling, (gemm, ceiling)
 
 
 def test_fma_probe_counts_the_work_it_does():
