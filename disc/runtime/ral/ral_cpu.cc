@@ -1127,11 +1127,14 @@ std::optional<std::shared_ptr<const PackedWeights>> packed_gemm_weight(disc_ral_
   return packed;
 }
 
-void sample_b(const Gemm2D& g, float* out) {
-  const int64_t count = g.k * g.n;
+// kWeightSamples elements of a k x n B spread over it, as floats (a 16-bit B's bits are exact in one):
+// the values a packed copy is checked against at every call.
+template <class T>
+void sample_b(const T* b, int64_t k, int64_t n, int64_t brs, int64_t bcs, float* out) {
+  const int64_t count = k * n;
   for (int i = 0; i < kWeightSamples; ++i) {
     const int64_t at = (count - 1) * i / (kWeightSamples - 1);
-    out[i] = g.b[(at / g.n) * g.brs + (at % g.n) * g.bcs];
+    out[i] = static_cast<float>(b[(at / n) * brs + (at % n) * bcs]);
   }
 }
 
@@ -1268,7 +1271,7 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
   if (depth == 0) plan = matmul_plan(g, la, lb, ldc, /*packed_b=*/true);
   if (!plan->usable) return std::nullopt;
   float now[kWeightSamples];
-  sample_b(g, now);
+  sample_b(g.b, g.k, g.n, g.brs, g.bcs, now);
   dnnl::stream s(cpu_engine());
   const std::optional<std::shared_ptr<const PackedWeights>> held = packed_gemm_weight(ctx, s, wkey, plan->b, plan->b_user, g.b, now);
   if (!held) return std::nullopt;
@@ -1519,12 +1522,8 @@ std::optional<int32_t> run_packed_b16(disc_ral_ctx* ctx, const disc_gemm_args& x
   const auto* b = static_cast<const uint16_t*>(x.b);
   // -2 in the last place: a 16-bit GEMM's B (float32 GEMMs have -1, convolutions their groups).
   const WeightKey wkey{static_cast<int64_t>(reinterpret_cast<uintptr_t>(b)), x.k, x.n, brs, bcs, -2};
-  float now[kWeightSamples];  // the sampled elements' bits, exact in a float
-  const int64_t count = x.k * x.n;
-  for (int i = 0; i < kWeightSamples; ++i) {
-    const int64_t at = (count - 1) * i / (kWeightSamples - 1);
-    now[i] = static_cast<float>(b[(at / x.n) * brs + (at % x.n) * bcs]);
-  }
+  float now[kWeightSamples];
+  sample_b(b, x.k, x.n, brs, bcs, now);
   dnnl::stream s(cpu_engine());
   const std::optional<std::shared_ptr<const PackedWeights>> packed = packed_gemm_weight(ctx, s, wkey, plan->b, plan->b_user, b, now);
   if (!packed) return std::nullopt;
@@ -1571,15 +1570,14 @@ int32_t gemm_16bit_via_f32(disc_ral_ctx* ctx, const disc_gemm_args& x, const Bat
       for (int64_t j = 0; j < x.n; ++j) c[oc + i * x.c_rs + j] = narrow16(fc[i * x.n + j], x.dtype);
     return true;
   };
-  if (!over_batch) {
-    for (int64_t bi = 0; bi < bd.count; ++bi)
-      if (!one(bi, buf.f())) return fail(ctx, "gemm: dnnl_sgemm failed (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k);
-    return 0;
-  }
   int32_t failed = 0;
+  if (!over_batch) {
+    for (int64_t bi = 0; bi < bd.count && !failed; ++bi) failed = !one(bi, buf.f());
+  } else {
 #pragma omp parallel for schedule(static)
-  for (int64_t bi = 0; bi < bd.count; ++bi)
-    if (!__atomic_load_n(&failed, __ATOMIC_RELAXED) && !one(bi, buf.f() + omp_get_thread_num() * per)) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+    for (int64_t bi = 0; bi < bd.count; ++bi)
+      if (!__atomic_load_n(&failed, __ATOMIC_RELAXED) && !one(bi, buf.f() + omp_get_thread_num() * per)) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+  }
   return failed ? fail(ctx, "gemm: dnnl_sgemm failed (m=%lld n=%lld k=%lld)", (long long)x.m, (long long)x.n, (long long)x.k) : 0;
 }
 #endif
@@ -1598,6 +1596,7 @@ int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x, BatchDims bd) {
   const bool plain = x.k > 0 && plain_strides(x.m, x.k, ars, acs) && plain_strides(x.k, x.n, brs, bcs) && crs >= x.n;
   if (plain && x.b_is_constant && bd.count == 1)
     if (std::optional<int32_t> rc = run_packed_b16(ctx, x, ars, acs, brs, bcs, crs)) return *rc;
+  // (A constant B that was not packed, past the budget, is read by oneDNN as stored rather than widened at every call.)
   if (x.k > 0 && x.m * x.n * x.k < kSmall16Macs && !(x.b_is_constant && bd.count == 1)) return gemm_16bit_via_f32(ctx, x, bd);
   std::shared_ptr<const Matmul16Plan> plan;
   if (plain) plan = matmul16_plan(x, ars, acs, brs, bcs, crs, /*packed_b=*/false);
