@@ -1186,17 +1186,44 @@ std::atomic<int64_t>& panel_gemm_calls() {
 }
 
 #if defined(__AVX512F__)
-// C[MR rows, `cols` <= 64] = A[MR rows, k] @ one panel of B.
+// Depth of the slice of a panel that every row tile reads before the next slice (16 KB of B).
+constexpr int64_t kPanelSlice = 64;
+// How far ahead the row tiles ask for the panel's rows (two slices: 32 KB), and into which cache
+// (__builtin_prefetch's locality 2: L2; into L1 lost ~10%, too many requests in flight).
+constexpr int64_t kPanelAhead = 2 * kPanelSlice;
+constexpr int kPanelAheadLocality = 2;
+
+// Which share of the slice ahead a row tile asks for: share `index` of `of` (of == 0: none).
+struct AheadShare {
+  int index, of;
+};
+
+// C[MR rows, `cols` <= 64] (+)= A[MR rows, k0:k1] @ rows k0:k1 of one panel of B; the sum
+// continues the one C holds unless k0 is 0, in the order one pass over k would take.
 template <int MR>
-void panel_tile(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t cols) {
+void panel_tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t cols, AheadShare share) {
   vfloat acc[MR][4];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = vfloat{};
-  for (int64_t p = 0; p < k; ++p) {
+  alignas(64) float tile[kPanelCols] = {};
+  for (int r = 0; r < MR; ++r) {
+    if (k0 == 0) {
+      acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = vfloat{};
+    } else {
+      std::memcpy(tile, c + r * ldc, cols * sizeof(float));
+      std::memcpy(acc[r], tile, sizeof acc[r]);
+    }
+  }
+  // This tile's share of the slice ahead's cache lines (4 a row), a few asked for at each step:
+  // `owed` counts quarter-lines, so `of` tiles together ask for 4 lines a step.
+  const int of = std::max(share.of, 1);
+  const float* next = panel + (k0 + kPanelAhead) * kPanelCols + share.index * (4 * (k1 - k0)) / of * 16;
+  int owed = share.of > 0 ? 0 : std::numeric_limits<int>::min() / 2;
+  for (int64_t p = k0; p < k1; ++p) {
     const vfloat* row = reinterpret_cast<const vfloat*>(panel + p * kPanelCols);
     vfloat b0 = row[0], b1 = row[1], b2 = row[2], b3 = row[3];
     // Without this GCC folds the loads into each FMA at MR <= 4, loading B MR times per step,
     // which halved the throughput (60 of 114 GFLOP/s a core).
     asm("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+    for (owed += 4; owed >= of; owed -= of, next += 16) __builtin_prefetch(next, 0, kPanelAheadLocality);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       const float x = a[r * lda + p];
@@ -1210,7 +1237,6 @@ void panel_tile(int64_t k, const float* a, int64_t lda, const float* panel, floa
     if (cols == kPanelCols) {
       std::memcpy(c + r * ldc, acc[r], sizeof acc[r]);
     } else {
-      alignas(64) float tile[kPanelCols];
       std::memcpy(tile, acc[r], sizeof tile);
       std::memcpy(c + r * ldc, tile, cols * sizeof(float));
     }
@@ -1218,26 +1244,37 @@ void panel_tile(int64_t k, const float* a, int64_t lda, const float* panel, floa
 }
 
 // C = A @ B for A with unit column stride (row stride lda) and B in 64-column panels of `depth`
-// rows; the panels are shared out among the threads.
+// rows; the panels are shared out among the threads. Each panel streams from memory once, slice
+// by slice: every row tile reads a 16 KB slice while it is in L1, and the tiles ask for the rows
+// two slices ahead as they go. Tile by tile over whole panels, with the hardware's prefetcher
+// alone, compute and memory time added up instead of overlapping: BERT-base's 72 GEMMs at 8 rows
+// took 20.0 ms (17 GB/s of weights; 12 ms at 1 row), 15.2 ms now; at 24 rows 28.4 -> 23.1 ms.
 void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth) {
   panel_gemm_calls().fetch_add(1, std::memory_order_relaxed);
   const int64_t count = (g.n + kPanelCols - 1) / kPanelCols;
+  // Full tiles take the same time, so they share the slice ahead evenly; a last, shorter tile
+  // asks for it only when it is the only one.
+  const int full = static_cast<int>(g.m / 6);
+  auto share = [full](int64_t row) { return row / 6 < full || full == 0 ? AheadShare{static_cast<int>(row / 6), std::max(full, 1)} : AheadShare{0, 0}; };
 #pragma omp parallel for schedule(static) if (count > 1)
   for (int64_t j = 0; j < count; ++j) {
     const float* panel = panels + j * depth * kPanelCols;
     const int64_t cols = std::min(kPanelCols, g.n - j * kPanelCols);
-    float* c = g.c + j * kPanelCols;
-    int64_t i = 0;
-    for (; i + 6 <= g.m; i += 6) panel_tile<6>(g.k, g.a + i * lda, lda, panel, c + i * g.crs, g.crs, cols);
-    const float* a = g.a + i * lda;
-    c += i * g.crs;
-    switch (g.m - i) {
-      case 1: panel_tile<1>(g.k, a, lda, panel, c, g.crs, cols); break;
-      case 2: panel_tile<2>(g.k, a, lda, panel, c, g.crs, cols); break;
-      case 3: panel_tile<3>(g.k, a, lda, panel, c, g.crs, cols); break;
-      case 4: panel_tile<4>(g.k, a, lda, panel, c, g.crs, cols); break;
-      case 5: panel_tile<5>(g.k, a, lda, panel, c, g.crs, cols); break;
-      default: break;
+    for (int64_t k0 = 0; k0 < g.k; k0 += kPanelSlice) {
+      const int64_t k1 = std::min(g.k, k0 + kPanelSlice);
+      float* c = g.c + j * kPanelCols;
+      int64_t i = 0;
+      for (; i + 6 <= g.m; i += 6) panel_tile<6>(k0, k1, g.a + i * lda, lda, panel, c + i * g.crs, g.crs, cols, share(i));
+      const float* a = g.a + i * lda;
+      c += i * g.crs;
+      switch (g.m - i) {
+        case 1: panel_tile<1>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
+        case 2: panel_tile<2>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
+        case 3: panel_tile<3>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
+        case 4: panel_tile<4>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
+        case 5: panel_tile<5>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
+        default: break;
+      }
     }
   }
 }
