@@ -1,6 +1,6 @@
 """Few-row GEMMs on weights that come from memory: BERT-base's 72 GEMM weights, one pass.
 
-    python -m benchmarks.weight_stream [--out PATH] [--rounds N]
+    python -m benchmarks.weight_stream [--out PATH] [--rounds N] [--rows 1,8,24,64]
 
 At a handful of tokens a large model's GEMMs are bound by reading the weights (BERT-base:
 340 MB a call, more than any cache here), so what matters is how close a pass over all of them
@@ -59,7 +59,7 @@ def _passes(ral: Ral, weights: list[torch.Tensor], m: int) -> tuple[Callable[[],
     return through_ral, through_torch, check, [*inputs.values(), *outs.values()]  # the args hold raw pointers
 
 
-def measure(rounds: int) -> list[dict]:
+def measure(rounds: int, row_counts: tuple[int, ...] = ROWS) -> list[dict]:
     ral = load_ral("dnnl")
     panel_rows = ral.cache_entries()["panel_gemm_rows"]
     streamed = [w for _ in range(LAYERS) for w in _layer()]
@@ -68,7 +68,7 @@ def measure(rounds: int) -> list[dict]:
     nbytes = sum(w.numel() for w in streamed) * 4
     rows = []
     for where, weights in (("memory", streamed), ("cache", cached)):
-        for m in ROWS:
+        for m in row_counts:
             ral_pass, torch_pass, check, _keep = _passes(ral, weights, m)
 
             def with_rows(limit: int) -> Callable[[], None]:
@@ -97,9 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="/tmp/weight_stream.json", help="JSON results path")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per case (median reported)")
+    parser.add_argument("--rows", help="comma-separated row counts (default: %(default)s)", default=",".join(map(str, ROWS)))
     args = parser.parse_args(argv)
     cpu = cpu_name()
-    rows = measure(args.rounds)
+    rows = measure(args.rounds, tuple(int(r) for r in args.rows.split(",")))
     print(f"BERT-base's 72 GEMM weights ({LAYERS} layers), one pass; {cpu}, {torch.get_num_threads()} threads\n")
     print("| weights | rows | system | ms a pass | weights GB/s | GFLOP/s |")
     print("|---|---:|---|---:|---:|---:|")

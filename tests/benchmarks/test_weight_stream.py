@@ -13,9 +13,8 @@ def test_the_benchmark_times_every_system_on_checked_products(monkeypatch, tmp_p
     monkeypatch.setattr(weight_stream, "HIDDEN", 32)
     monkeypatch.setattr(weight_stream, "FFN", 96)
     monkeypatch.setattr(weight_stream, "LAYERS", 2)
-    monkeypatch.setattr(weight_stream, "ROWS", (1, 7))
     out = tmp_path / "ws.json"
-    weight_stream.main(["--rounds", "1", "--out", str(out)])
+    weight_stream.main(["--rounds", "1", "--rows", "1,7", "--out", str(out)])
     result = json.loads(out.read_text())
     assert result["cpu"]
     rows = result["rows"]
