@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from disc.errors import CompileError, InputError
-from disc.ir.builder import GraphBuilder, LoweringError, convert, elementwise
+from disc.ir.builder import GraphBuilder, LoweringError, convert, dim_value, elementwise
 from disc.ir.graph import Node
 from disc.ir.types import numpy_dtype
 from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, product
@@ -58,7 +58,7 @@ class ArrayBuilder(GraphBuilder):
         if isinstance(value, ShapeValue):
             return self.shape_tensor(value.dims, value.dtype)
         if isinstance(value, DimValue):
-            return self.graph.add("index_to_tensor", (self.index(value.dim),), {"dtype": value.dtype})
+            return dim_value(self, value.dim, value.dtype)
         if isinstance(value, np.ndarray):
             return self.graph.add_constant(np.asarray(value, order="C"))  # (ascontiguousarray makes a 0-d array 1-d)
         what = repr(value) if type(value).__name__.startswith("_") else f"a {type(value).__name__}"

@@ -175,12 +175,18 @@ def reduce(ctx: GraphBuilder, x: Node, dims: Sequence[int], kind: str, keepdim: 
     return ctx.graph.add("reduce", (x,), {"dims": tuple(sorted(dims)), "kind": kind, "keepdim": keepdim})
 
 
+def dim_value(ctx: GraphBuilder, d: DimLike, dtype: str = "i64") -> Node:
+    """The size ``d`` as a 0-d tensor of ``dtype`` (a shape value used as data: a resize's scale,
+    a negative index wrapped, a flat offset); a constant where ``d`` is known."""
+    e = as_expr(d)
+    if e.is_const:
+        return scalar(ctx, e.const_value, dtype)
+    return ctx.graph.add("index_to_tensor", (ctx.index(e),), {"dtype": dtype})
+
+
 def numel_of(ctx: GraphBuilder, x: Node, dims: Sequence[int], dtype: str) -> Node:
     """The element count of ``dims`` of ``x`` as a 0-d tensor (a shape value used as data)."""
-    n = product(x.shape[d] for d in dims)
-    if n.is_const:
-        return scalar(ctx, n.const_value, dtype)
-    return ctx.graph.add("index_to_tensor", (ctx.index(n),), {"dtype": dtype})
+    return dim_value(ctx, product(x.shape[d] for d in dims), dtype)
 
 
 def mean(ctx: GraphBuilder, x: Node, dims: Sequence[int], keepdim: bool) -> Node:
@@ -229,7 +235,7 @@ def flip(ctx: GraphBuilder, x: Node, axis: int) -> Node:
     """``x`` reversed along ``axis``: a gather at positions n-1, n-2, ... 0."""
     n = x.shape[axis]
     positions = ctx.graph.add("iota", (ctx.index(n),), {"dtype": "i64"})
-    last = ctx.graph.add("index_to_tensor", (ctx.index(as_expr(n) - 1),), {"dtype": "i64"})
+    last = dim_value(ctx, as_expr(n) - 1)
     return ctx.graph.add("index_select", (x, elementwise(ctx, "sub", [last, positions], "i64")), {"axis": axis})
 
 

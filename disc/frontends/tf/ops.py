@@ -26,6 +26,7 @@ from disc.ir.builder import (
     broadcast_to,
     convert,
     cumulative_sum,
+    dim_value,
     einsum,
     elementwise,
     log_softmax,
@@ -830,7 +831,7 @@ def _resize_axis(imp: TfImporter, x: Node, axis: int, n_in: DimLike, n_out: DimL
     op = arithmetic(imp, "f32")
 
     def f32(d: DimLike) -> Node:
-        return convert(imp, imp.graph.add("index_to_tensor", (imp.index(d),), {"dtype": "i64"}), "f32")
+        return dim_value(imp, d, "f32")
 
     size_in, size_out = f32(n_in), f32(n_out)
     scale = op("div", size_in, size_out)
@@ -838,7 +839,7 @@ def _resize_axis(imp: TfImporter, x: Node, axis: int, n_in: DimLike, n_out: DimL
         scale = select(imp, op("gt", size_out, 1.0), op("div", op("sub", size_in, 1.0), op("sub", size_out, 1.0)), scale, "f32")
     o = convert(imp, imp.graph.add("iota", (imp.index(n_out),), {"dtype": "i64"}), "f32")
     pos = op("mul", op("add", o, 0.5) if half_pixel else o, scale)
-    last = imp.graph.add("index_to_tensor", (imp.index(as_expr(n_in) - 1),), {"dtype": "i64"})
+    last = dim_value(imp, as_expr(n_in) - 1)
 
     def pick(index: Node) -> Node:
         clamped = elementwise(imp, "minimum", [elementwise(imp, "maximum", [index, 0], "i64"), last], "i64")

@@ -30,7 +30,7 @@ from disc.frontends.torch.lowering_nn import (
     _softmax,
     max_pool2d,
 )
-from disc.ir.builder import broadcast_to, convert, elementwise, reshape
+from disc.ir.builder import broadcast_to, convert, dim_value, elementwise, reshape
 from disc.ir.graph import Node
 from disc.ir.types import dtype_of_torch
 from disc.shape.expr import DimLike, as_expr, product, simplify_dim
@@ -218,7 +218,7 @@ def _nearest_source(ctx: Importer, in_size: Any, out_size: Any) -> Node:
         scale = elementwise(ctx, "div", [ctx.index(in_size), ctx.index(out_size)], "f32")
     position = elementwise(ctx, "mul", [ctx.graph.add("iota", (ctx.index(out_size),), {"dtype": "i64"}), scale], "f32")
     source = convert(ctx, ctx.graph.add("floor", (position,)), "i64")
-    last = ctx.graph.add("index_to_tensor", (ctx.index(simplify_dim(as_expr(in_size) - 1)),), {"dtype": "i64"})
+    last = dim_value(ctx, simplify_dim(as_expr(in_size) - 1))
     return elementwise(ctx, "minimum", [source, last], "i64")
 
 
@@ -248,7 +248,7 @@ def _diagonal(ctx: Importer, fx_node, x: Node, offset: int = 0, dim1: int = 0, d
 def _flip(ctx: Importer, fx_node, x: Node, dims: Sequence[int]) -> Node:
     for axis in {norm_axis(d, x.tensor_type.rank) for d in dims}:
         size = x.shape[axis]
-        last = ctx.graph.add("index_to_tensor", (ctx.index(simplify_dim(as_expr(size) - 1)),), {"dtype": "i64"})
+        last = dim_value(ctx, simplify_dim(as_expr(size) - 1))
         reversed_index = elementwise(ctx, "sub", [last, ctx.graph.add("iota", (ctx.index(size),), {"dtype": "i64"})], "i64")
         x = ctx.graph.add("index_select", (x, reversed_index), {"axis": axis})
     return x

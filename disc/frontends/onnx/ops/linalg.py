@@ -17,6 +17,7 @@ from disc.ir.builder import (
     batched_matmul,
     broadcast_to,
     convert,
+    dim_value,
     einsum,
     elementwise,
     positions,
@@ -168,9 +169,9 @@ def _attention_allowed(imp: OnnxImporter, sq: DimLike, skv: DimLike, offset: Any
     if nonpad is not None:  # per batch entry: [batch, 1, sq, skv]
         batch = nonpad.shape[0]
         lengths = imp.graph.add("broadcast_in_dim", (nonpad, *imp.sizes([batch, 1, sq, skv])), {"dims": (0,)})
-        start = elementwise(imp, "sub", [lengths, imp.graph.add("index_to_tensor", (imp.index(sq),), {"dtype": "i64"})], "i64")
+        start = elementwise(imp, "sub", [lengths, dim_value(imp, sq)], "i64")
     else:
-        start = imp.graph.add("index_to_tensor", (imp.index(offset),), {"dtype": "i64"})
+        start = dim_value(imp, offset)
     ahead = elementwise(imp, "sub", [elementwise(imp, "add", [rows, start], "i64"), cols], "i64")  # query position - key
     allowed = []
     if causal:

@@ -19,6 +19,7 @@ from disc.ir.builder import (
     broadcast_shapes,
     broadcast_to,
     convert,
+    dim_value,
     elementwise,
     flip,
     positions,
@@ -317,7 +318,7 @@ def _reverse_sequence(imp: OnnxImporter, node: Any, x: Any, lens: Any, batch_axi
 def _wrapped_index(imp: OnnxImporter, index: Node, size: DimLike) -> Node:
     """A negative index counted from the end of a dim of ``size``."""
     index = convert(imp, index, "i64")
-    n = imp.graph.add("index_to_tensor", (imp.index(size),), {"dtype": "i64"})
+    n = dim_value(imp, size)
     return select(imp, elementwise(imp, "lt", [index, 0], "i64"), elementwise(imp, "add", [index, n], "i64"), index, "i64")
 
 
@@ -343,7 +344,7 @@ def _tuple_offsets(imp: OnnxImporter, op: str, index: Node, shape: Sequence[DimL
         if flat is None:
             flat = part
         else:
-            size = imp.graph.add("index_to_tensor", (imp.index(shape[i]),), {"dtype": "i64"})
+            size = dim_value(imp, shape[i])
             flat = elementwise(imp, "add", [elementwise(imp, "mul", [flat, size], "i64"), part], "i64")
     return flat, lead
 

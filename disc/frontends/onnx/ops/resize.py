@@ -17,6 +17,7 @@ from disc.ir.builder import (
     LoweringError,
     arithmetic,
     convert,
+    dim_value,
     elementwise,
     reshape,
     scalar,
@@ -125,7 +126,7 @@ def _resize_axis(
     extrapolation: float, crop: tuple[float, float] | None, antialias: bool = False,
 ) -> Node:
     def f64(v: Any) -> Node:
-        return convert(imp, imp.graph.add("index_to_tensor", (imp.index(v),), {"dtype": "i64"}), "f64") if not isinstance(v, float) else scalar(imp, v, "f64")
+        return scalar(imp, v, "f64") if isinstance(v, float) else dim_value(imp, v, "f64")
 
     op = arithmetic(imp, "f64")
 
@@ -152,7 +153,7 @@ def _resize_axis(
         spread = op("add", op("div", op("mul", op("mul", o, end - start), span), op("sub", width, 1.0)), op("mul", start, span))
         pos = select(imp, op("eq", width, 1.0), single, spread, "f64")
 
-    last = imp.graph.add("index_to_tensor", (imp.index(as_expr(n_in) - 1),), {"dtype": "i64"})
+    last = dim_value(imp, as_expr(n_in) - 1)
 
     def clamped(index: Node) -> Node:
         return elementwise(imp, "minimum", [elementwise(imp, "maximum", [index, 0], "i64"), last], "i64")
@@ -254,7 +255,7 @@ def _grid_sample(imp: OnnxImporter, node: Any, x: Any, grid: Any, mode: str = "l
         return elementwise(imp, name, list(xs), dtype)
 
     def size_f64(d: DimLike) -> Node:
-        return convert(imp, imp.graph.add("index_to_tensor", (imp.index(d),), {"dtype": "i64"}), "f64")
+        return dim_value(imp, d, "f64")
 
     def reflect(v: Node, lo: Node, hi: Node) -> Node:
         # Reflect off the nearer border until inside: an even number of bounces lands at the near
@@ -329,7 +330,7 @@ def _grid_sample(imp: OnnxImporter, node: Any, x: Any, grid: Any, mode: str = "l
         for axis, (i, w) in enumerate(combo):
             index, inside = tap_index(i, axis)
             stride = product(dims[axis + 1 :])
-            term = elementwise(imp, "mul", [index, imp.graph.add("index_to_tensor", (imp.index(stride),), {"dtype": "i64"})], "i64")
+            term = elementwise(imp, "mul", [index, dim_value(imp, stride)], "i64")
             flat = term if flat is None else elementwise(imp, "add", [flat, term], "i64")
             weight = w if weight is None else (weight if w is None else op("mul", weight, w))
             valid = inside if valid is None else (valid if inside is None else op("logical_and", valid, inside, dtype="f64"))
