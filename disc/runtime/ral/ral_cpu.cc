@@ -1249,8 +1249,9 @@ void panel_tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float
 // rows; the panels are shared out among the threads. Each panel streams from memory once, slice
 // by slice: every row tile reads a 16 KB slice while it is in L1, and the tiles ask for the rows
 // two slices ahead as they go. Tile by tile over whole panels, with the hardware's prefetcher
-// alone, compute and memory time added up instead of overlapping: BERT-base's 72 GEMMs at 8 rows
-// took 20.0 ms (17 GB/s of weights; 12 ms at 1 row), 15.2 ms now; at 24 rows 28.4 -> 23.1 ms.
+// alone, compute and memory time added up instead of overlapping: one pass over BERT-base's 72
+// GEMM weights took 21.7 ms at 8 rows (16 GB/s of weights; 12.7 ms at 1 row), 15.8 ms now; 24 rows
+// 29.2 -> 18.5 ms, 64 rows 49.5 -> 40.4 ms (`python -m benchmarks.weight_stream`).
 void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth) {
   panel_gemm_calls().fetch_add(1, std::memory_order_relaxed);
   const int64_t count = (g.n + kPanelCols - 1) / kPanelCols;
