@@ -63,8 +63,7 @@ def measure(rounds: int, row_counts: tuple[int, ...] = ROWS) -> list[dict]:
     ral = load_ral("dnnl")
     panel_rows = ral.cache_entries()["panel_gemm_rows"]
     streamed = [w for _ in range(LAYERS) for w in _layer()]
-    one = _layer()
-    cached = one * LAYERS  # the same six weights twelve times: in cache after the first layer
+    cached = _layer() * LAYERS  # the same six weights twelve times: in cache after the first layer
     nbytes = sum(w.numel() for w in streamed) * 4
     rows = []
     for where, weights in (("memory", streamed), ("cache", cached)):

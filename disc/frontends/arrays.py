@@ -69,8 +69,7 @@ class ArrayBuilder(GraphBuilder):
         parts = []
         one = self.index(1)
         for d in dims:
-            scalar = self.graph.add("index_to_tensor", (self.index(d),), {"dtype": dtype})
-            parts.append(self.graph.add("reshape", (scalar, one)))
+            parts.append(self.graph.add("reshape", (dim_value(self, d, dtype), one)))
         if not parts:
             return self.graph.add_constant(np.zeros((0,), np.int32 if dtype == "i32" else np.int64))
         if len(parts) == 1:

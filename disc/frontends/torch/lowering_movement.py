@@ -14,7 +14,7 @@ import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import aten, lower, meta_dtype, norm_axis, size_value
-from disc.ir.builder import broadcast_shapes, broadcast_to, convert, elementwise, reshape, scalar, select
+from disc.ir.builder import broadcast_shapes, broadcast_to, convert, dim_value, elementwise, reshape, scalar, select
 from disc.ir.graph import Node
 from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, product, simplify_dim
 
@@ -372,23 +372,17 @@ def _flat_positions(ctx: Importer, idx: list[Node], covered: Sequence[DimLike]) 
     outside: Node | None = None  # a tuple with an index out of its dim's range
     for j, (t, size) in enumerate(zip(idx, covered)):
         t = convert(ctx, t, "i64")
-        t = select(ctx, elementwise(ctx, "lt", [t, 0], "i64"), elementwise(ctx, "add", [t, _dim_tensor(ctx, size)], "i64"), t, "i64")
-        bad = elementwise(ctx, "logical_or", [elementwise(ctx, "lt", [t, 0], "i64"), elementwise(ctx, "ge", [t, _dim_tensor(ctx, size)], "i64")], "i1")
+        t = select(ctx, elementwise(ctx, "lt", [t, 0], "i64"), elementwise(ctx, "add", [t, dim_value(ctx, size)], "i64"), t, "i64")
+        bad = elementwise(ctx, "logical_or", [elementwise(ctx, "lt", [t, 0], "i64"), elementwise(ctx, "ge", [t, dim_value(ctx, size)], "i64")], "i1")
         outside = bad if outside is None else elementwise(ctx, "logical_or", [outside, bad], "i1")
         stride = simplify_dim(product(covered[j + 1 :]))
-        term = t if as_expr(stride) == as_expr(1) else elementwise(ctx, "mul", [t, _dim_tensor(ctx, stride)], "i64")
+        term = t if as_expr(stride) == as_expr(1) else elementwise(ctx, "mul", [t, dim_value(ctx, stride)], "i64")
         flat = term if flat is None else elementwise(ctx, "add", [flat, term], "i64")
     assert flat is not None and outside is not None
     # Such a tuple's flat position could land inside the rows (x[0, 5] of a 3x4 x is x[1, 1]): it
     # becomes -1, which the gather (negatives not wrapped) refuses with an IndexError, as eager does.
     flat = select(ctx, outside, -1, flat, "i64")
     return reshape(ctx, broadcast_to(ctx, flat, shape), [product(shape)]), shape
-
-
-def _dim_tensor(ctx: Importer, d: DimLike) -> Any:
-    """A size as an operand of tensor arithmetic: an int, or a 0-d i64 tensor computed from the shapes."""
-    e = as_expr(d)
-    return e.const_value if e.is_const else ctx.index(d)
 
 
 def _mask_select(ctx: Importer, fx_node, x: Node, axis: int, mask: Node) -> Node:

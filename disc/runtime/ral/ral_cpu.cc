@@ -1214,9 +1214,10 @@ void panel_tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float
   }
   // This tile's share of the slice ahead's cache lines (4 a row), a few asked for at each step:
   // `owed` counts quarter-lines, so `of` tiles together ask for 4 lines a step.
+  const bool asks = share.of > 0;
   const int of = std::max(share.of, 1);
   const float* next = panel + (k0 + kPanelAhead) * kPanelCols + share.index * (4 * (k1 - k0)) / of * 16;
-  int owed = share.of > 0 ? 0 : std::numeric_limits<int>::min() / 2;
+  int owed = 0;
   // Two steps an iteration: ~2% at 24-64 rows (`python -m benchmarks.weight_stream`).
 #pragma GCC unroll 2
   for (int64_t p = k0; p < k1; ++p) {
@@ -1225,7 +1226,8 @@ void panel_tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float
     // Without this GCC folds the loads into each FMA at MR <= 4, loading B MR times per step,
     // which halved the throughput (60 of 114 GFLOP/s a core).
     asm("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
-    for (owed += 4; owed >= of; owed -= of, next += 16) __builtin_prefetch(next, 0, kPanelAheadLocality);
+    if (asks)
+      for (owed += 4; owed >= of; owed -= of, next += 16) __builtin_prefetch(next, 0, kPanelAheadLocality);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       const float x = a[r * lda + p];
@@ -1258,7 +1260,10 @@ void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth
   // Full tiles take the same time, so they share the slice ahead evenly; a last, shorter tile
   // asks for it only when it is the only one.
   const int full = static_cast<int>(g.m / 6);
-  auto share = [full](int64_t row) { return row / 6 < full || full == 0 ? AheadShare{static_cast<int>(row / 6), std::max(full, 1)} : AheadShare{0, 0}; };
+  auto share = [full](int64_t row) {
+    if (full == 0) return AheadShare{0, 1};
+    return row / 6 < full ? AheadShare{static_cast<int>(row / 6), full} : AheadShare{0, 0};
+  };
 #pragma omp parallel for schedule(static) if (count > 1)
   for (int64_t j = 0; j < count; ++j) {
     const float* panel = panels + j * depth * kPanelCols;
