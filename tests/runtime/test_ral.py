@@ -4,6 +4,7 @@ Every test runs on both builds: oneDNN (skipped where it is not installed) and t
 fallbacks (always available).
 """
 
+import contextlib
 import ctypes
 import os
 import subprocess
@@ -467,7 +468,7 @@ def test_a_weight_packed_in_two_layouts_serves_each_shape_its_own():
     ral = load_ral()
     conv = nn.Conv2d(64, 64, 3, padding=1).eval()
     start = ral.cache_entries()["packed_weights"]
-    with torch.no_grad():
+    with torch.no_grad(), winograd(ral, 0):  # oneDNN's kernels, not the RAL's Winograd one
         compiled = disc.compile(conv, (torch.randn(1, 64, 32, 32),), dynamic={"input": {2: "h", 3: "w"}})
         for hw in (32, 56, 32, 56, 17):
             x = torch.randn(1, 64, hw, hw)
@@ -500,6 +501,126 @@ def test_a_channels_last_convolution_runs_on_nhwc_without_reorders(x_shape, w_sh
     ral.call_conv2d(args)
     ref = F.conv2d(x.permute(0, 3, 1, 2).double(), w.double(), None, stride, padding).permute(0, 2, 3, 1)
     assert rel_err(out, ref) <= 1e-4
+
+
+@contextlib.contextmanager
+def winograd(ral, mode: int):
+    """The RAL's Winograd setting (0 never, 1 whenever it can run, 2 where it wins) for a block."""
+    previous = ral.set_winograd(mode)
+    try:
+        yield
+    finally:
+        ral.set_winograd(previous)
+
+
+def has_winograd() -> bool:
+    if not toolchain.have_dnnl():
+        return False
+    ral = load_ral("dnnl")
+    with winograd(ral, 1):
+        return ral.set_winograd(1) == 1  # a RAL without the kernel (no AVX-512) keeps 0
+
+
+needs_winograd = pytest.mark.skipif(not has_winograd(), reason="the RAL's Winograd kernel needs oneDNN's build on AVX-512")
+
+WINOGRAD_CASES = [  # (n, ci, co, h, w, padding (top, bottom, left, right))
+    (1, 1, 1, 1, 1, (1, 1, 1, 1)),  # one pixel: every input of its tile but the centre is padding
+    (1, 16, 16, 2, 3, (1, 1, 1, 1)),
+    (2, 17, 33, 5, 7, (1, 1, 1, 1)),  # odd sides: the last tiles hang over the edge
+    (3, 32, 70, 9, 11, (1, 1, 1, 1)),  # a partial last panel of output channels (70 = 64 + 6)
+    (1, 64, 64, 3, 3, (0, 0, 0, 0)),  # a 1x1 output from an unpadded 3x3 input
+    (2, 24, 8, 6, 1, (0, 2, 1, 1)),  # uneven padding, a one-pixel-wide input
+    (1, 130, 20, 4, 5, (1, 1, 1, 1)),  # input channels past two vectors (a scalar tail of 2)
+    (2, 64, 128, 12, 10, (1, 1, 1, 1)),  # more tiles than one block: shared out over the threads
+    (1, 512, 512, 7, 7, (1, 1, 1, 1)),  # ResNet-18's last layer: the threads share the panels
+]
+
+
+@needs_winograd
+@pytest.mark.parametrize("n, ci, co, h, w, padding", WINOGRAD_CASES)
+@pytest.mark.parametrize("bias, relu", [(True, True), (False, False)], ids=["bias+relu", "plain"])
+def test_winograd_convolution_matches_float64(n, ci, co, h, w, padding, bias, relu):
+    ral = load_ral("dnnl")
+    x, wt = torch.randn(n, h, w, ci), torch.randn(co, ci, 3, 3) / (3 * ci**0.5)
+    b = torch.randn(co) if bias else None
+    top, bottom, left, right = padding
+    ref = F.conv2d(F.pad(x.permute(0, 3, 1, 2).double(), (left, right, top, bottom)), wt.double(), b.double() if bias else None)
+    ref = (ref.relu() if relu else ref).permute(0, 2, 3, 1)
+    outs = {}
+    for mode in (1, 0):  # Winograd, then oneDNN's direct kernel on the same problem
+        args, out = ral_mod.conv2d_args(x, wt, 1, padding, weight_is_constant=True, channels_last=True, bias=b, relu=relu)
+        out.fill_(float("nan"))
+        before = ral.cache_entries()["winograd_calls"]
+        with winograd(ral, mode):
+            ral.call_conv2d(args)
+        assert ral.cache_entries()["winograd_calls"] - before == mode
+        outs[mode] = out
+    # The transforms only add and halve: the error stays that of the direct sum (measured: 0.3-1.5x it).
+    assert rel_err(outs[1], ref) <= max(3 * rel_err(outs[0], ref), 1e-6)
+    assert rel_err(outs[1], ref) <= 1e-5
+
+
+@needs_winograd
+def test_winograd_outputs_are_non_finite_exactly_where_the_direct_sums_are():
+    # The transforms' zero coefficients match the 3x3 windows, so a NaN or an infinity reaches the
+    # outputs whose windows hold it and no other (an infinity may come out as NaN: inf - inf).
+    ral = load_ral("dnnl")
+    x, wt = torch.randn(2, 7, 6, 64), torch.randn(64, 64, 3, 3)
+    x[0, 2, 3, 5] = float("nan")
+    x[0, 5, 0, 7] = float("inf")
+    x[1, 6, 5, 0] = float("-inf")
+    ref = F.conv2d(x.permute(0, 3, 1, 2).double(), wt.double(), None, 1, 1).permute(0, 2, 3, 1)
+    args, out = ral_mod.conv2d_args(x, wt, 1, 1, weight_is_constant=True, channels_last=True)
+    with winograd(ral, 1):
+        ral.call_conv2d(args)
+    assert torch.equal(out.isfinite(), ref.isfinite())
+    finite = ref.isfinite()
+    assert rel_err(out[finite], ref[finite]) <= 1e-5
+
+
+@needs_winograd
+def test_the_default_takes_winograd_where_it_wins():
+    ral = load_ral("dnnl")
+
+    def runs_winograd(x_shape, w_shape, stride=1, constant=True, channels_last=True):
+        x, wt = torch.randn(x_shape), torch.randn(w_shape)
+        args, _ = ral_mod.conv2d_args(x, wt, stride, 1, weight_is_constant=constant, channels_last=channels_last)
+        before = ral.cache_entries()["winograd_calls"]
+        with winograd(ral, 2):
+            ral.call_conv2d(args)
+            plan = ral.conv_plan(args)
+        ran = ral.cache_entries()["winograd_calls"] - before == 1
+        assert ran == plan.startswith("winograd"), plan  # the diagnostics say what runs
+        return ran
+
+    assert runs_winograd((1, 56, 56, 64), (64, 64, 3, 3))  # ResNet-18's layer 1
+    assert runs_winograd((2, 9, 7, 512), (512, 512, 3, 3))  # its layer 4 at 2x288x224
+    assert not runs_winograd((1, 4, 4, 512), (512, 512, 3, 3))  # 4 tiles: the filters cost more than they save
+    assert not runs_winograd((1, 64, 64, 16), (16, 16, 3, 3))  # few channels: the transforms outweigh the products
+    assert not runs_winograd((1, 56, 56, 64), (64, 64, 3, 3), stride=2)
+    assert not runs_winograd((1, 56, 56, 64), (64, 64, 3, 3), constant=False)  # training: weights change every step
+    assert not runs_winograd((1, 64, 56, 56), (64, 64, 3, 3), channels_last=False)
+    assert not runs_winograd((1, 56, 56, 64), (64, 64, 5, 5))
+    with winograd(ral, 0):
+        assert ral.set_winograd(0) == 0
+
+
+@needs_winograd
+def test_winograd_filters_are_transformed_once_and_again_when_the_weight_changes():
+    ral = load_ral("dnnl")
+    x, wt = torch.randn(1, 8, 8, 64), torch.randn(64, 64, 3, 3)
+    ral_mod.forget_packed_copies([wt])  # copies of an earlier tensor that had this address
+    start = ral.cache_entries()["packed_weights"]
+    with winograd(ral, 1):
+        first = ral.conv2d(x, wt, 1, 1, weight_is_constant=True, channels_last=True)
+        assert ral.cache_entries()["packed_weights"] == start + 1
+        ral.conv2d(torch.randn(2, 5, 9, 64), wt, 1, 1, weight_is_constant=True, channels_last=True)  # another shape: same copy
+        assert ral.cache_entries()["packed_weights"] == start + 1
+        wt.mul_(-2.0)  # breaks the constant contract; the sampled-values guard transforms them again
+        second = ral.conv2d(x, wt, 1, 1, weight_is_constant=True, channels_last=True)
+        assert torch.allclose(second, -2.0 * first, rtol=1e-5, atol=1e-5)
+        ral_mod.forget_packed_copies([wt])
+        assert ral.cache_entries()["packed_weights"] == start
 
 
 @needs_dnnl

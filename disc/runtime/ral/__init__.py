@@ -383,7 +383,8 @@ class Ral:
         """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans, plans
         of GEMMs on packed weights), how many matmul plans were built so far (each miss builds one),
         the bytes of packed GEMM weights held (capped by DISC_RAL_PACKED_GEMM_MB if set), how many
-        GEMMs ran on the RAL's own panel kernel and up to how many rows it takes (0: never)."""
+        GEMMs ran on the RAL's own panel kernel and up to how many rows it takes (0: never), and how
+        many convolutions ran by Winograd's F(2x2, 3x3)."""
         fn = self.lib.disc_ral_cpu_cache_entries
         fn.restype, fn.argtypes = _i64, [_i32]
         return {
@@ -395,6 +396,7 @@ class Ral:
             "packed_gemm_bytes": fn(5),
             "panel_gemm_calls": fn(6),
             "panel_gemm_rows": fn(7),
+            "winograd_calls": fn(8),
         }
 
     def set_packed_gemm_mb(self, mb: float) -> float:
@@ -411,6 +413,16 @@ class Ral:
         fn = self.lib.disc_ral_cpu_set_small_m_rows
         fn.restype, fn.argtypes = _i64, [_i64]
         return fn(rows)
+
+    def set_winograd(self, mode: int) -> int:
+        """Sets when forward 3x3 convolutions of stride 1 on constant weights run by Winograd's
+        F(2x2, 3x3): 0 never, 1 whenever they can (tests), 2 where it wins (the default); returns
+        the previous setting. A RAL without it (no oneDNN, no AVX-512) keeps 0."""
+        fn = getattr(self.lib, "disc_ral_cpu_set_winograd", None)
+        if fn is None:
+            return 0
+        fn.restype, fn.argtypes = _i32, [_i32]
+        return fn(mode)
 
     def conv_plan(self, args: Conv2dArgs) -> str | None:
         """How oneDNN runs the forward convolution ``args`` describes: "<kernel>; reorders: <operands

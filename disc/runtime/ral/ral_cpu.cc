@@ -1203,10 +1203,16 @@ struct AheadShare {
 template <int MR>
 void panel_tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t cols, AheadShare share) {
   vfloat acc[MR][4];
-  alignas(64) float tile[kPanelCols] = {};
+  // Whole panels copy C as vectors; a partial one goes through a zero-padded row (a copy of a
+  // size known only at run time is a library call, which cost ~10% at 4 slices a panel).
+  const bool whole = cols == kPanelCols;
+  alignas(64) float tile[kPanelCols];
+  if (!whole) std::fill(tile, tile + kPanelCols, 0.0f);
   for (int r = 0; r < MR; ++r) {
     if (k0 == 0) {
       acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = vfloat{};
+    } else if (whole) {
+      std::memcpy(acc[r], c + r * ldc, sizeof acc[r]);
     } else {
       std::memcpy(tile, c + r * ldc, cols * sizeof(float));
       std::memcpy(acc[r], tile, sizeof acc[r]);
@@ -1238,7 +1244,7 @@ void panel_tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float
     }
   }
   for (int r = 0; r < MR; ++r) {
-    if (cols == kPanelCols) {
+    if (whole) {
       std::memcpy(c + r * ldc, acc[r], sizeof acc[r]);
     } else {
       std::memcpy(tile, acc[r], sizeof tile);
@@ -1247,44 +1253,44 @@ void panel_tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float
   }
 }
 
-// C = A @ B for A with unit column stride (row stride lda) and B in 64-column panels of `depth`
-// rows; the panels are shared out among the threads. Each panel streams from memory once, slice
-// by slice: every row tile reads a 16 KB slice while it is in L1, and the tiles ask for the rows
-// two slices ahead as they go. Tile by tile over whole panels, with the hardware's prefetcher
-// alone, compute and memory time added up instead of overlapping: one pass over BERT-base's 72
-// GEMM weights took 21.7 ms at 8 rows (16 GB/s of weights; 12.7 ms at 1 row), 15.8 ms now; 24 rows
-// 29.2 -> 18.5 ms, 64 rows 49.5 -> 40.4 ms (`python -m benchmarks.weight_stream`).
-void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth) {
-  panel_gemm_calls().fetch_add(1, std::memory_order_relaxed);
-  const int64_t count = (g.n + kPanelCols - 1) / kPanelCols;
-  // Full tiles take the same time, so they share the slice ahead evenly; a last, shorter tile
-  // asks for it only when it is the only one.
-  const int full = static_cast<int>(g.m / 6);
+// C[m, cols] = A[m, k] @ one panel of B (k of its rows, `cols` <= 64 of its columns used), slice
+// by slice: every row tile reads a 16 KB slice while it is in L1, and the full row tiles ask for
+// the rows two slices ahead as they go (a last, shorter tile asks only when it is the only one).
+void panel_product(int64_t m, int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t cols) {
+  const int full = static_cast<int>(m / 6);
   auto share = [full](int64_t row) {
     if (full == 0) return AheadShare{0, 1};
     return row / 6 < full ? AheadShare{static_cast<int>(row / 6), full} : AheadShare{0, 0};
   };
-#pragma omp parallel for schedule(static) if (count > 1)
-  for (int64_t j = 0; j < count; ++j) {
-    const float* panel = panels + j * depth * kPanelCols;
-    const int64_t cols = std::min(kPanelCols, g.n - j * kPanelCols);
-    for (int64_t k0 = 0; k0 < g.k; k0 += kPanelSlice) {
-      const int64_t k1 = std::min(g.k, k0 + kPanelSlice);
-      float* c = g.c + j * kPanelCols;
-      int64_t i = 0;
-      for (; i + 6 <= g.m; i += 6) panel_tile<6>(k0, k1, g.a + i * lda, lda, panel, c + i * g.crs, g.crs, cols, share(i));
-      const float* a = g.a + i * lda;
-      c += i * g.crs;
-      switch (g.m - i) {
-        case 1: panel_tile<1>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
-        case 2: panel_tile<2>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
-        case 3: panel_tile<3>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
-        case 4: panel_tile<4>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
-        case 5: panel_tile<5>(k0, k1, a, lda, panel, c, g.crs, cols, share(i)); break;
-        default: break;
-      }
+  for (int64_t k0 = 0; k0 < k; k0 += kPanelSlice) {
+    const int64_t k1 = std::min(k, k0 + kPanelSlice);
+    int64_t i = 0;
+    for (; i + 6 <= m; i += 6) panel_tile<6>(k0, k1, a + i * lda, lda, panel, c + i * ldc, ldc, cols, share(i));
+    const float* at = a + i * lda;
+    float* ct = c + i * ldc;
+    switch (m - i) {
+      case 1: panel_tile<1>(k0, k1, at, lda, panel, ct, ldc, cols, share(i)); break;
+      case 2: panel_tile<2>(k0, k1, at, lda, panel, ct, ldc, cols, share(i)); break;
+      case 3: panel_tile<3>(k0, k1, at, lda, panel, ct, ldc, cols, share(i)); break;
+      case 4: panel_tile<4>(k0, k1, at, lda, panel, ct, ldc, cols, share(i)); break;
+      case 5: panel_tile<5>(k0, k1, at, lda, panel, ct, ldc, cols, share(i)); break;
+      default: break;
     }
   }
+}
+
+// C = A @ B for A with unit column stride (row stride lda) and B in 64-column panels of `depth`
+// rows; the panels are shared out among the threads, and each streams from memory once.
+// Tile by tile over whole panels, with the hardware's prefetcher alone, compute and memory time
+// added up instead of overlapping: one pass over BERT-base's 72 GEMM weights took 21.7 ms at 8
+// rows (16 GB/s of weights; 12.7 ms at 1 row), 15.8 ms slice by slice; 24 rows 29.2 -> 18.5 ms,
+// 64 rows 49.5 -> 40.4 ms (`python -m benchmarks.weight_stream`).
+void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth) {
+  panel_gemm_calls().fetch_add(1, std::memory_order_relaxed);
+  const int64_t count = (g.n + kPanelCols - 1) / kPanelCols;
+#pragma omp parallel for schedule(static) if (count > 1)
+  for (int64_t j = 0; j < count; ++j)
+    panel_product(g.m, g.k, g.a, lda, panels + j * depth * kPanelCols, g.c + j * kPanelCols, g.crs, std::min(kPanelCols, g.n - j * kPanelCols));
 }
 #else
 void panel_gemm(const Gemm2D&, int64_t, const float*, int64_t) {}  // unreachable: small_m_rows() is 0
@@ -1329,6 +1335,271 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
   return execute_matmul(ctx, s, *plan, g.a, packed->data.get(), g.c);
 }
 
+// --- 3x3 convolutions of stride 1 by Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray,
+// "Fast Algorithms for Convolutional Neural Networks", 2015). Each 2x2 block of outputs (a tile)
+// comes from the 4x4 block of input around it as Y = A^T [(G g G^T) * (B^T d B)] A: 16 products
+// per input and output channel pair where the direct sum takes 36. Over all tiles the products
+// are 16 GEMMs, one per point of the 4x4 block (tiles x ci by ci x co), 4/9 of the direct
+// convolution's multiply-adds, on the panel kernel. B and A hold only 0 and +-1 and G halves, so
+// the transforms add no rounding beyond a few additions. oneDNN 3.x has no f32 Winograd kernel
+// for AVX-512 (convolution_winograd finds no implementation).
+#if defined(__AVX512F__)
+constexpr int kWinoPoints = 16;
+
+// DISC_RAL_WINOGRAD (or disc_ral_cpu_set_winograd): 0 never, 1 for every convolution it can run
+// (tests), 2 (default) where it wins.
+std::atomic<int>& winograd_setting() {
+  static std::atomic<int> mode{[] {
+    const char* v = std::getenv("DISC_RAL_WINOGRAD");
+    return (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) ? std::atoi(v) : 2;
+  }()};
+  return mode;
+}
+
+bool winograd_fits(const disc_conv2d_args& x) {
+  return x.channels_last && x.weight_is_constant && x.groups == 1 && x.kh == 3 && x.kw == 3 && x.stride[0] == 1 && x.stride[1] == 1 &&
+         x.dilation[0] == 1 && x.dilation[1] == 1;
+}
+
+// Where it wins, against oneDNN's direct kernels on the 2-core Emerald Rapids (`python -m
+// benchmarks.conv_library`): 1.4-1.7x from 64 to 256 channels (ResNet-18's layers 1-3 at every
+// image size of the CPU suite's stream), 1.2-1.6x at 512 channels from 6x6 outputs up (its layer
+// 4). Each call reads all the filters (16/9 of the weights), which at 512 channels takes as long
+// as the direct sums over ~30 output pixels: on fewer it loses (0.84x at 5x5, 0.67x at 3x3), and
+// with fewer input channels the transforms outweigh the products (0.76x at 32, 0.35x at 16).
+bool use_winograd(const disc_conv2d_args& x) {
+  const int mode = winograd_setting().load(std::memory_order_relaxed);
+  if (mode == 0 || !winograd_fits(x)) return false;
+  return mode == 1 || (x.ci >= 64 && x.co >= 64 && x.n * x.oh * x.ow >= 36);
+}
+
+// Calls of the Winograd convolution in this process (tests check which routine ran).
+std::atomic<int64_t>& winograd_calls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+
+// The transforms, on one value (a channel's) or a vector of them. In: the 4x4 block d; out: B^T d B.
+template <typename T>
+void winograd_input_tile(const T (&d)[4][4], T (&v)[kWinoPoints]) {
+  T t[4][4];
+  for (int j = 0; j < 4; ++j) {
+    t[0][j] = d[0][j] - d[2][j];
+    t[1][j] = d[1][j] + d[2][j];
+    t[2][j] = d[2][j] - d[1][j];
+    t[3][j] = d[1][j] - d[3][j];
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[4 * i + 0] = t[i][0] - t[i][2];
+    v[4 * i + 1] = t[i][1] + t[i][2];
+    v[4 * i + 2] = t[i][2] - t[i][1];
+    v[4 * i + 3] = t[i][1] - t[i][3];
+  }
+}
+
+// In: the 4x4 products m; out: the 2x2 outputs A^T m A.
+template <typename T>
+void winograd_output_tile(const T (&m)[kWinoPoints], T (&y)[2][2]) {
+  T s[2][4];
+  for (int j = 0; j < 4; ++j) {
+    s[0][j] = m[j] + m[4 + j] + m[8 + j];
+    s[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
+  }
+  for (int i = 0; i < 2; ++i) {
+    y[i][0] = s[i][0] + s[i][1] + s[i][2];
+    y[i][1] = s[i][1] - s[i][2] - s[i][3];
+  }
+}
+
+// The filters G g G^T, laid out for the panel kernel: point p's ci x co matrix in 64-column
+// panels, u[((p * panels + panel) * ci + c) * 64 + column], the last panel's spare columns zero.
+void winograd_filters(const disc_conv2d_args& x, float* u) {
+  const int64_t panels = (x.co + kPanelCols - 1) / kPanelCols;
+  std::fill(u, u + kWinoPoints * panels * x.ci * kPanelCols, 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < x.co; ++k) {
+    for (int64_t c = 0; c < x.ci; ++c) {
+      const float* g = x.weight + (k * x.ci + c) * 9;
+      float gg[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        gg[0][j] = g[j];
+        gg[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        gg[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        gg[3][j] = g[6 + j];
+      }
+      float* out = u + ((k / kPanelCols) * x.ci + c) * kPanelCols + k % kPanelCols;
+      const int64_t point_stride = panels * x.ci * kPanelCols;
+      for (int i = 0; i < 4; ++i) {  // (G g) G^T
+        const float a = gg[i][0], b = gg[i][1], e = gg[i][2];
+        out[(4 * i + 0) * point_stride] = a;
+        out[(4 * i + 1) * point_stride] = 0.5f * (a + b + e);
+        out[(4 * i + 2) * point_stride] = 0.5f * (a - b + e);
+        out[(4 * i + 3) * point_stride] = e;
+      }
+    }
+  }
+}
+
+// The transformed filters of a constant weight, made on first use and cached like oneDNN's
+// reordered copies (dropped with the weight's last program). nullptr: out of memory (reported).
+std::shared_ptr<const PackedWeights> winograd_weights(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
+  const int64_t panels = (x.co + kPanelCols - 1) / kPanelCols;
+  // The last place tells these apart from the oneDNN copies of the same weight (groups, >= 1).
+  const WeightKey key{static_cast<int64_t>(reinterpret_cast<uintptr_t>(x.weight)), x.co, x.ci, x.kh, x.kw, -3};
+  const memory::desc md({kWinoPoints, panels, x.ci, kPanelCols}, memory::data_type::f32, tag::abcd);
+  float now[kWeightSamples];
+  sample_weights(x, now);
+  if (std::shared_ptr<const PackedWeights> held = weight_cache().current(key, md, now)) return held;
+  auto fresh = std::make_shared<PackedWeights>();
+  fresh->md = md;
+  fresh->data.reset(static_cast<float*>(ral_alloc(ctx, static_cast<int64_t>(md.get_size()))));
+  if (!fresh->data) return nullptr;
+  std::memcpy(fresh->sample, now, sizeof fresh->sample);
+  winograd_filters(x, fresh->data.get());
+  weight_cache().insert(key, fresh);
+  return fresh;
+}
+
+// Where the tiles are: `across` tiles a row of the output, `per_image` in each image.
+struct WinoTiles {
+  int64_t across, per_image, count;
+  explicit WinoTiles(const disc_conv2d_args& x)
+      : across((x.ow + 1) / 2), per_image(((x.oh + 1) / 2) * across), count(x.n * per_image) {}
+};
+
+// V: point p's rows x ci matrix at v + p * rows * ci, row r the transformed input of tile t0 + r.
+// Input outside the image (padding, or past an odd edge) reads from `zeros` (ci floats).
+void winograd_inputs(const disc_conv2d_args& x, const WinoTiles& tiles, int64_t t0, int64_t rows, const float* zeros, float* v) {
+  const int64_t ci = x.ci, plane = rows * ci;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = t0 + r, image = t / tiles.per_image, within = t % tiles.per_image;
+    const int64_t y0 = (within / tiles.across) * 2 - x.pad_lo[0], x0 = (within % tiles.across) * 2 - x.pad_lo[1];
+    const float* src[4][4];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int64_t y = y0 + i, xx = x0 + j;
+        src[i][j] = (y >= 0 && y < x.h && xx >= 0 && xx < x.w) ? x.input + ((image * x.h + y) * x.w + xx) * ci : zeros;
+      }
+    float* out = v + r * ci;
+    int64_t c = 0;
+    for (; c + kVW <= ci; c += kVW) {
+      vfloat d[4][4], p16[kWinoPoints];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) std::memcpy(&d[i][j], src[i][j] + c, sizeof(vfloat));
+      winograd_input_tile(d, p16);
+      for (int p = 0; p < kWinoPoints; ++p) std::memcpy(out + p * plane + c, &p16[p], sizeof(vfloat));
+    }
+    for (; c < ci; ++c) {
+      float d[4][4], p16[kWinoPoints];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) d[i][j] = src[i][j][c];
+      winograd_input_tile(d, p16);
+      for (int p = 0; p < kWinoPoints; ++p) out[p * plane + c] = p16[p];
+    }
+  }
+}
+
+// Writes the outputs of tiles t0 .. t0 + rows in channels co0 .. co0 + cols (cols <= 64) from the
+// products M (point p's rows x 64 matrix at m + p * rows * 64), with the bias and the ReLU.
+void winograd_outputs(const disc_conv2d_args& x, const WinoTiles& tiles, int64_t t0, int64_t rows, int64_t co0, int64_t cols, const float* m) {
+  const int64_t plane = rows * kPanelCols;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = t0 + r, image = t / tiles.per_image, within = t % tiles.per_image;
+    const int64_t y0 = (within / tiles.across) * 2, x0 = (within % tiles.across) * 2;
+    float* dst[2][2];
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        dst[i][j] = (y0 + i < x.oh && x0 + j < x.ow) ? x.output + ((image * x.oh + y0 + i) * x.ow + x0 + j) * x.co + co0 : nullptr;
+    for (int64_t q = 0; q < cols; q += kVW) {
+      vfloat mv[kWinoPoints], y[2][2];
+      for (int p = 0; p < kWinoPoints; ++p) std::memcpy(&mv[p], m + p * plane + r * kPanelCols + q, sizeof(vfloat));
+      winograd_output_tile(mv, y);
+      const bool whole = q + kVW <= cols;  // else the panel's last, partial vector of channels
+      alignas(64) float lane[kVW] = {};
+      vfloat bias{};
+      if (x.bias != nullptr && whole) {
+        std::memcpy(&bias, x.bias + co0 + q, sizeof bias);
+      } else if (x.bias != nullptr) {
+        std::memcpy(lane, x.bias + co0 + q, (cols - q) * sizeof(float));
+        std::memcpy(&bias, lane, sizeof bias);
+      }
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+          if (dst[i][j] == nullptr) continue;
+          vfloat out = y[i][j] + bias;
+          if (x.relu) out = out < 0.0f ? vfloat{} : out;  // keeps NaN, as the direct epilogue does
+          if (whole) {
+            std::memcpy(dst[i][j] + q, &out, sizeof out);
+          } else {
+            std::memcpy(lane, &out, sizeof out);
+            std::memcpy(dst[i][j] + q, lane, (cols - q) * sizeof(float));
+          }
+        }
+    }
+  }
+}
+
+// Most tiles a thread transforms at once: its V (16 x rows x ci floats) stays within 1.5 MB of L2.
+// Every block reads all of the filters (16 x ci x co floats), from L3 at ~10 GB/s a core on the
+// 2-core Emerald Rapids measured: the more rows a block has, the fewer times they are read.
+int64_t winograd_rows(int64_t ci) { return std::clamp<int64_t>(24576 / std::max<int64_t>(ci, 1) / 6 * 6, 12, 96); }
+
+int32_t winograd_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
+  winograd_calls().fetch_add(1, std::memory_order_relaxed);
+  const std::shared_ptr<const PackedWeights> filters = winograd_weights(ctx, x);
+  if (!filters) return 1;
+  const WinoTiles tiles(x);
+  const int64_t panels = (x.co + kPanelCols - 1) / kPanelCols;
+  const int64_t threads = std::max(omp_get_max_threads(), 1);
+  // Blocks of tiles. Enough of them: as many as a multiple of the threads, evenly filled. Few (a
+  // small image's last layers): the threads share out the output channels' panels instead, each
+  // over every block (transforming the input itself: little next to its products), so that the
+  // filters are still read once per block in all.
+  int64_t blocks = (tiles.count + winograd_rows(x.ci) - 1) / winograd_rows(x.ci);
+  int64_t groups = 1;
+  if (blocks < 2 * threads && panels >= threads) {
+    groups = threads;
+  } else {
+    blocks = (blocks + threads - 1) / threads * threads;
+  }
+  const int64_t rows = (tiles.count + blocks - 1) / blocks;
+  blocks = (tiles.count + rows - 1) / rows;
+  const int64_t v_floats = kWinoPoints * rows * x.ci, m_floats = kWinoPoints * rows * kPanelCols;
+  Scratch buffers(ctx, (x.ci + threads * (v_floats + m_floats)) * int64_t(sizeof(float)));
+  if (buffers.ptr == nullptr) return 1;
+  float* zeros = static_cast<float*>(buffers.ptr);
+  std::fill(zeros, zeros + x.ci, 0.0f);
+  const float* u = filters->data.get();
+  const int64_t items = blocks * groups;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t group = item / blocks, block = item % blocks;  // a thread's items: one group's blocks
+    const int64_t t0 = block * rows, count = std::min(rows, tiles.count - t0);
+    float* v = zeros + x.ci + omp_get_thread_num() * (v_floats + m_floats);
+    float* m = v + v_floats;
+    winograd_inputs(x, tiles, t0, count, zeros, v);
+    for (int64_t j = group * panels / groups; j < (group + 1) * panels / groups; ++j) {
+      const int64_t cols = std::min(kPanelCols, x.co - j * kPanelCols);
+      for (int p = 0; p < kWinoPoints; ++p)
+        panel_product(count, x.ci, v + p * count * x.ci, x.ci, u + (p * panels + j) * x.ci * kPanelCols, m + p * count * kPanelCols, kPanelCols, cols);
+      winograd_outputs(x, tiles, t0, count, j * kPanelCols, cols, m);
+    }
+  }
+  return 0;
+}
+#else
+std::atomic<int>& winograd_setting() {
+  static std::atomic<int> mode{0};
+  return mode;
+}
+bool use_winograd(const disc_conv2d_args&) { return false; }
+int32_t winograd_conv2d(disc_ral_ctx*, const disc_conv2d_args&) { return 1; }  // unreachable
+std::atomic<int64_t>& winograd_calls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+#endif
+
 // The cached plan of the forward convolution x describes, built on first use.
 std::shared_ptr<const ConvPlan> forward_plan(const disc_conv2d_args& x) {
   const ConvKey key = conv_key(x);
@@ -1337,6 +1608,7 @@ std::shared_ptr<const ConvPlan> forward_plan(const disc_conv2d_args& x) {
 }
 
 int32_t dnnl_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
+  if (use_winograd(x)) return winograd_conv2d(ctx, x);
   std::shared_ptr<const ConvPlan> plan = forward_plan(x);
   dnnl::engine& eng = cpu_engine();
   dnnl::stream s(eng);
@@ -1777,6 +2049,7 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_ent
     case 5: return weight_cache().budgeted_bytes();
     case 6: return panel_gemm_calls().load(std::memory_order_relaxed);
     case 7: return small_m_rows();
+    case 8: return winograd_calls().load(std::memory_order_relaxed);
     default: return -1;
   }
 #else
@@ -1796,6 +2069,17 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_set_small
 #endif
 }
 
+// Not part of the ABI: sets when convolutions run by Winograd's F(2x2, 3x3) (0 never, 1 whenever
+// they can, 2 where it wins) and returns the previous setting; without AVX-512 it stays 0.
+extern "C" __attribute__((visibility("default"))) int32_t disc_ral_cpu_set_winograd(int32_t mode) {
+#if defined(DISC_HAVE_DNNL) && defined(__AVX512F__)
+  return winograd_setting().exchange(std::clamp(mode, 0, 2));
+#else
+  (void)mode;
+  return 0;
+#endif
+}
+
 // Not part of the ABI: sets the packed-GEMM budget to `mb` megabytes (tests, benchmarks; +inf: no
 // cap) and returns the previous one. Copies already made stay; only new ones are checked against it.
 extern "C" __attribute__((visibility("default"))) double disc_ral_cpu_set_packed_gemm_mb(double mb) {
@@ -1810,12 +2094,17 @@ extern "C" __attribute__((visibility("default"))) double disc_ral_cpu_set_packed
 
 // Not part of the ABI: how the forward convolution `args` describes runs, for tests and
 // diagnostics: "<oneDNN kernel>; reorders: <operands reordered per call, or none>" (the weight
-// of a constant is reordered once and cached). Returns 0, or 1 without oneDNN or on bad args.
+// of a constant is reordered once and cached), or "winograd_2x3:ral; reorders: none" for the
+// RAL's own Winograd kernel. Returns 0, or 1 without oneDNN or on bad args.
 extern "C" __attribute__((visibility("default"))) int32_t disc_ral_cpu_conv_plan(const disc_conv2d_args* args, char* out, int64_t len) {
 #ifdef DISC_HAVE_DNNL
   disc_ral_ctx ctx{};
   if (args == nullptr || out == nullptr || len <= 0 || check_conv(&ctx, *args) != 0) return 1;
   try {
+    if (use_winograd(*args)) {
+      std::snprintf(out, static_cast<size_t>(len), "winograd_2x3:ral; reorders: none");
+      return 0;
+    }
     std::shared_ptr<const ConvPlan> plan = forward_plan(*args);
     std::string reorders;
     for (const auto& [name, on] : {std::pair<const char*, bool>{"src", plan->src_reorder}, {"weights", plan->wei_reorder}, {"dst", plan->dst_reorder}})
