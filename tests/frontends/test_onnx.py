@@ -239,6 +239,49 @@ def test_shape_subgraphs_ranges_slices_past_the_end_and_masks():
         _check(prog, sess, {"ids": rng.integers(0, 11, (b, s)).astype(np.int64)})
 
 
+def flattened_feature_map() -> onnx.ModelProto:
+    """What torch.export writes for ``conv(x).flatten(2)`` after a stride-2 convolution: the map's
+    side as arithmetic on the input's dims (Shape -> Squeeze -> Add -> Div -> Add), h * w as a 0-d
+    product reshaped to [-1], joined to the batch and channels by a Concat, then a Reshape."""
+    rng = np.random.default_rng(12)
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["batch"], start=0, end=1),
+        n("Shape", ["x"], ["h1"], start=2, end=3),
+        n("Shape", ["x"], ["w1"], start=3, end=4),
+        n("Squeeze", ["h1"], ["h"]),
+        n("Squeeze", ["w1"], ["w"]),
+        n("Add", ["h", "minus_one"], ["h_less"]),
+        n("Div", ["h_less", "two"], ["h_half"]),
+        n("Add", ["h_half", "one"], ["oh"]),
+        n("Add", ["w", "minus_one"], ["w_less"]),
+        n("Div", ["w_less", "two"], ["w_half"]),
+        n("Add", ["w_half", "one"], ["ow"]),
+        n("Mul", ["oh", "ow"], ["area"]),
+        n("Reshape", ["area", "flat"], ["area1"]),
+        n("Concat", ["batch", "channels", "area1"], ["target"], axis=0),
+        n("Conv", ["x", "weight", "bias"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Reshape", ["y", "target"], ["out"], allowzero=1),
+    ]
+    inits = [_i64("minus_one", -1), _i64("two", 2), _i64("one", 1), _i64("flat", [-1]), _i64("channels", [4]), _f32(rng, "weight", 4, 3, 3, 3), _f32(rng, "bias", 4)]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 4, None])],
+        inits,
+    )
+
+
+def test_a_shape_computed_from_dims_and_reshaped_to_one_dim_stays_symbolic():
+    model = flattened_feature_map()
+    sess = ort.InferenceSession(model.SerializeToString())
+    prog = disc.onnx.compile(model)
+    rng = np.random.default_rng(13)
+    for shape in [(1, 3, 1, 1), (1, 3, 2, 5), (2, 3, 7, 4), (3, 3, 16, 9), (1, 3, 33, 17)]:
+        _check(prog, sess, {"x": rng.standard_normal(shape).astype(np.float32)}, tol=1e-5)
+    assert getattr(prog, "compilations", 1) == 1
+
+
 def test_a_compiled_onnx_program_saves_and_runs_with_numpy_alone(tmp_path):
     import disc_runtime
 

@@ -60,9 +60,27 @@ def _size(imp: OnnxImporter, node: Any, x: Any) -> Any:
 
 
 @onnx_op("Reshape")
-def _reshape(imp: OnnxImporter, node: Any, x: Any, shape: Any, allowzero: int = 0) -> Node:
+def _reshape(imp: OnnxImporter, node: Any, x: Any, shape: Any, allowzero: int = 0) -> Any:
+    kept = _shape_value_reshaped(x, _known(shape))
+    if kept is not None:
+        return kept
     x = imp.tensor(x)
     return reshape(imp, x, reshape_target(imp, x, _dims_of(shape, "Reshape's shape"), allowzero))
+
+
+def _shape_value_reshaped(x: Any, target: np.ndarray | None) -> ShapeValue | DimValue | None:
+    """A shape value (or one of its dims) reshaped to 1-d, or a one-dim shape value to 0-d, stays
+    one, so that a Concat of shapes after it still reads symbolic dims: torch.export writes a
+    flattened map's h * w as a Reshape of that 0-d product to [-1] before joining it to the batch."""
+    if target is None or not isinstance(x, (ShapeValue, DimValue)):
+        return None
+    dims = [x.dim] if isinstance(x, DimValue) else list(x.dims)
+    wanted = [int(v) for v in np.asarray(target).reshape(-1)]
+    if wanted in ([-1], [len(dims)]):
+        return ShapeValue(dims, x.dtype)
+    if wanted == [] and len(dims) == 1:
+        return DimValue(dims[0], x.dtype)
+    return None
 
 
 @onnx_op("Flatten")
