@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from disc.errors import CompileError, InputError
-from disc.ir.builder import GraphBuilder, LoweringError, convert, dim_value, elementwise
+from disc.ir.builder import GraphBuilder, LoweringError, convert, dim_value, elementwise, floor_divide
 from disc.ir.graph import Node
 from disc.ir.types import numpy_dtype
 from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, product
@@ -209,11 +209,15 @@ def reshape_target(ctx: GraphBuilder, x: Node, dims: list[DimLike], allowzero: b
         else:
             out.append(d)
     if infer is not None:
-        known_part = ctx.graph.constraints.normalize(product(out))
-        total = ctx.graph.constraints.normalize(product(x.shape))
+        c = ctx.graph.constraints
+        known_part = c.normalize(product(out))
+        total = c.normalize(product(x.shape))
         q = exact_divide(total, known_part)
         if q is None:
-            raise LoweringError(f"Reshape: cannot infer -1 ({total} elements over {known_part})")
+            # Dims that share no symbol (GPT-2's attention_mask viewed as [input_ids' batch, -1]):
+            # the program divides at run time and checks that the elements fill the shape.
+            q = floor_divide(ctx, total, known_part)
+            c.assume_equal(known_part * q, total, f"Reshape: {total} elements must fill a shape whose other dims hold {known_part} (the -1 at dim {infer})")
         out[infer] = q
     return out
 
@@ -229,6 +233,13 @@ def dim_arith(op: str, a: DimLike, b: DimLike) -> DimLike | None:
         return a * b
     if op == "div" and b.is_const and b.const_value > 0:
         return a // b.const_value
+    if op == "remainder" and b.is_const and b.const_value > 0:
+        return a % b.const_value
+    if op == "pow" and b.is_const and 0 <= b.const_value <= 8:  # torch.export writes a square side's area as side ** 2
+        out = as_expr(1)
+        for _ in range(int(b.const_value)):
+            out = out * a
+        return out
     return None
 
 

@@ -175,6 +175,15 @@ def reduce(ctx: GraphBuilder, x: Node, dims: Sequence[int], kind: str, keepdim: 
     return ctx.graph.add("reduce", (x,), {"dims": tuple(sorted(dims)), "kind": kind, "keepdim": keepdim})
 
 
+def floor_divide(ctx: GraphBuilder, num: DimLike, den: DimLike) -> SymExpr:
+    """``num // den`` as a size: exact where the factors cancel, else an index op the program
+    computes at run time, whose value is a new symbol the builder can compute from then on."""
+    quotient = ctx.graph.add("ifloordiv", (ctx.index(num), ctx.index(den)))
+    value = as_expr(quotient.type.value)  # type: ignore[union-attr]
+    ctx.index_cache.setdefault(ctx.graph.constraints.normalize(value), quotient)
+    return value
+
+
 def dim_value(ctx: GraphBuilder, d: DimLike, dtype: str = "i64") -> Node:
     """The size ``d`` as a 0-d tensor of ``dtype`` (a shape value used as data: a resize's scale,
     a negative index wrapped, a flat offset); a constant where ``d`` is known."""
@@ -367,7 +376,7 @@ def _permuted(ctx: GraphBuilder, x: Node, have: str, want: str) -> Node:
     return x if perm == tuple(range(len(perm))) else ctx.graph.add("transpose", (x,), {"perm": perm})
 
 
-def tile(ctx: GraphBuilder, x: Node, reps: Sequence[int]) -> Node:
+def tile(ctx: GraphBuilder, x: Node, reps: Sequence[DimLike]) -> Node:
     """``x`` repeated ``reps[i]`` times along dim i: [d0, d1] -> broadcast to [r0, d0, r1, d1] -> [r0*d0, r1*d1]."""
     wide: list[DimLike] = []
     for r, d in zip(reps, x.shape):

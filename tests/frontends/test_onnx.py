@@ -282,6 +282,100 @@ def test_a_shape_computed_from_dims_and_reshaped_to_one_dim_stays_symbolic():
     assert getattr(prog, "compilations", 1) == 1
 
 
+def mask_over_the_batch() -> onnx.ModelProto:
+    """What torch.export writes for GPT-2's ``attention_mask.view(batch, -1)`` and the positions
+    after it, where the mask's dims share no symbol with the ids' batch: a Reshape to [batch, -1],
+    a Range up to (mask elements) // batch, and a patch count squared by Pow (ViT's)."""
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["ids"], ["batch"], start=0, end=1),
+        n("Squeeze", ["batch"], ["b"]),
+        n("Shape", ["mask"], ["m0"], start=0, end=1),
+        n("Shape", ["mask"], ["m1"], start=1, end=2),
+        n("Squeeze", ["m0"], ["mb"]),
+        n("Squeeze", ["m1"], ["ms"]),
+        n("Mul", ["mb", "ms"], ["elements"]),
+        n("Div", ["elements", "b"], ["per_row"]),
+        n("Range", ["zero", "per_row", "one"], ["positions"]),
+        n("Concat", ["batch", "minus_one"], ["rows"], axis=0),
+        n("Reshape", ["mask", "rows"], ["mask_rows"]),
+        n("Cast", ["positions"], ["positions_f"], to=TensorProto.FLOAT),
+        n("Mul", ["mask_rows", "positions_f"], ["weighted"]),
+        n("Div", ["per_row", "two"], ["half"]),
+        n("Pow", ["half", "two"], ["squared"]),
+        n("Reshape", ["squared", "minus_one"], ["squared1"]),
+        n("ConstantOfShape", ["squared1"], ["fill"], value=numpy_helper.from_array(np.array([1.0], np.float32))),
+    ]
+    inits = [_i64("zero", 0), _i64("one", 1), _i64("two", 2), _i64("minus_one", [-1])]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"]), helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["mb", "ms"])],
+        [helper.make_tensor_value_info("weighted", TensorProto.FLOAT, ["b", None]), helper.make_tensor_value_info("fill", TensorProto.FLOAT, [None])],
+        inits,
+    )
+
+
+def test_sizes_divided_by_a_dim_they_share_no_symbol_with_are_divided_at_run_time():
+    model = mask_over_the_batch()
+    sess = ort.InferenceSession(model.SerializeToString())
+    prog = disc.onnx.compile(model)
+    rng = np.random.default_rng(14)
+    for b, s, mb, ms in [(1, 1, 1, 1), (1, 3, 1, 3), (2, 5, 2, 5), (2, 4, 1, 8), (3, 7, 3, 7), (4, 1, 2, 6)]:
+        feeds = {"ids": rng.integers(0, 9, (b, s)).astype(np.int64), "mask": rng.standard_normal((mb, ms)).astype(np.float32)}
+        _check(prog, sess, feeds)
+    # Elements that do not fill the rows: ONNX Runtime refuses, and so does disc, saying which rule.
+    feeds = {"ids": np.zeros((2, 3), np.int64), "mask": np.ones((1, 3), np.float32)}
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, RuntimeException
+
+    with pytest.raises((Fail, RuntimeException)):
+        sess.run(None, feeds)
+    with pytest.raises(disc.ShapeError, match="Reshape"):
+        prog(**feeds)
+
+
+def shapes_from_dims_as_operands() -> onnx.ModelProto:
+    """Operands torch.export computes from the input's dims: Tile's repeats (DeBERTa's mask over
+    the batch), a whole-axis flip by a Slice of step -1 (wav2vec2's), a Resize to sizes built from
+    the input's sides (SegFormer's decoder)."""
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["batch"], start=0, end=1),
+        n("Shape", ["x"], ["h1"], start=2, end=3),
+        n("Shape", ["x"], ["w1"], start=3, end=4),
+        n("Concat", ["batch", "one", "one"], ["repeats"], axis=0),
+        n("Tile", ["row", "repeats"], ["tiled"]),
+        n("Slice", ["x", "minus_one", "int64_min", "minus_one", "minus_one"], ["flipped"]),
+        n("Squeeze", ["h1"], ["h"]),
+        n("Squeeze", ["w1"], ["w"]),
+        n("Mul", ["h", "two"], ["h2"]),
+        n("Add", ["w", "one_scalar"], ["w2"]),
+        n("Reshape", ["h2", "minus_one"], ["h2v"]),
+        n("Reshape", ["w2", "minus_one"], ["w2v"]),
+        n("Concat", ["batch", "channels", "h2v", "w2v"], ["sizes"], axis=0),
+        n("Resize", ["flipped", "", "", "sizes"], ["resized"], mode="linear", coordinate_transformation_mode="half_pixel"),
+    ]
+    inits = [
+        _i64("one", [1]), _i64("minus_one", [-1]), _i64("int64_min", [np.iinfo(np.int64).min]), _i64("two", 2), _i64("one_scalar", 1), _i64("channels", [2]),
+        numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(1, 2, 3), "row"),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "height", "width"])],
+        [helper.make_tensor_value_info(v, TensorProto.FLOAT, [None, None, None, None][: 3 if v == "tiled" else 4]) for v in ("tiled", "flipped", "resized")],
+        inits,
+    )
+
+
+def test_tile_repeats_flips_and_resize_sizes_computed_from_dims_stay_symbolic():
+    model = shapes_from_dims_as_operands()
+    sess = ort.InferenceSession(model.SerializeToString())
+    prog = disc.onnx.compile(model)
+    rng = np.random.default_rng(15)
+    for shape in [(1, 2, 1, 1), (1, 2, 3, 2), (2, 2, 5, 4), (3, 2, 1, 7), (1, 2, 9, 9)]:
+        _check(prog, sess, {"x": rng.standard_normal(shape).astype(np.float32)}, tol=1e-5)
+    assert getattr(prog, "compilations", 1) == 1
+
+
 def test_a_compiled_onnx_program_saves_and_runs_with_numpy_alone(tmp_path):
     import disc_runtime
 

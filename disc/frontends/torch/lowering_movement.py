@@ -14,7 +14,7 @@ import torch
 
 from disc.frontends.torch.importer import Importer, LoweringError
 from disc.frontends.torch.lowering import aten, lower, meta_dtype, norm_axis, size_value
-from disc.ir.builder import broadcast_shapes, broadcast_to, convert, dim_value, elementwise, reshape, scalar, select
+from disc.ir.builder import broadcast_shapes, broadcast_to, convert, dim_value, elementwise, floor_divide, reshape, scalar, select
 from disc.ir.graph import Node
 from disc.shape.expr import DimLike, SymExpr, as_expr, exact_divide, product, simplify_dim
 
@@ -37,7 +37,7 @@ def view(ctx: Importer, x: Node, dims: list[DimLike | None]) -> Node:
             c.assume(known, ">=", 1, f"view to [{', '.join('-1' if d is None else str(d) for d in dims)}]: the sizes other than -1 must not multiply to 0")
         # -1 = numel / product(known); computed as index arithmetic (exact
         # division where the factors cancel, a new runtime symbol otherwise).
-        dims[dims.index(None)] = _floor_divide(ctx, x.tensor_type.numel(), known)
+        dims[dims.index(None)] = floor_divide(ctx, x.tensor_type.numel(), known)
     return reshape(ctx, x, [d for d in dims if d is not None])
 
 
@@ -219,15 +219,6 @@ def _cat(ctx: Importer, fx_node, tensors: Sequence[Node], axis: int = 0) -> Node
     return ctx.graph.add("concat", parts, {"axis": norm_axis(axis, parts[0].tensor_type.rank)})
 
 
-def _floor_divide(ctx: Importer, num: DimLike, den: DimLike) -> SymExpr:
-    """``num // den`` as index arithmetic: exact division where the factors cancel, else an
-    index op whose result the program computes at run time (a new symbol)."""
-    quotient = ctx.graph.add("ifloordiv", (ctx.index(num), ctx.index(den)))
-    value = as_expr(quotient.type.value)  # type: ignore[union-attr]
-    ctx.index_cache.setdefault(ctx.graph.constraints.normalize(value), quotient)
-    return value
-
-
 @lower(aten.roll.default)
 def _roll(ctx: Importer, fx_node, x: Node, shifts: Sequence[int], dims: Sequence[int] = ()) -> Node:
     """``roll`` by constant shifts along named dims (Swin's shifted windows): rolling by ``k``
@@ -247,7 +238,7 @@ def _roll(ctx: Importer, fx_node, x: Node, shifts: Sequence[int], dims: Sequence
             k = dim + shift
         else:
             c.assume(dim, ">=", 1, "roll: a dim rolled by a shift must not be empty")
-            k = shift - _floor_divide(ctx, shift, dim) * dim
+            k = shift - floor_divide(ctx, shift, dim) * dim
         if k.is_const and k.const_value == 0:
             continue
         split = simplify_dim(dim - k)

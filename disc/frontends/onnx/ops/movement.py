@@ -253,6 +253,9 @@ def _reversed_slice(imp: OnnxImporter, x: Node, axis: int, start: int, stop: int
     """x[start:stop:-step] along ``axis``: a forward slice of the flipped axis, whose position j
     is n - 1 - j of the original."""
     n = known_dim(x.shape[axis])
+    if n is None and (start == -1 or start >= 2**62) and stop <= -(2**62):  # the whole axis backwards (a flip)
+        flipped = flip(imp, x, axis)
+        return flipped if step == 1 else imp.graph.add("slice", (flipped, imp.index(0), imp.index(x.shape[axis])), {"axis": axis, "step": step})
     if n is None:
         raise LoweringError(f"Slice with a negative step on axis {axis}, whose size ({x.shape[axis]}) is not known when the model is compiled")
     first, last = (v + n if v < 0 else v for v in (start, stop))
@@ -596,7 +599,7 @@ def _split(imp: OnnxImporter, node: Any, x: Any, split: Any = None, axis: int = 
 
 @onnx_op("Tile")
 def _tile(imp: OnnxImporter, node: Any, x: Any, repeats: Any) -> Node:
-    return tile(imp, imp.tensor(x), _ints(repeats, "Tile's repeats"))
+    return tile(imp, imp.tensor(x), _dims_of(repeats, "Tile's repeats"))  # (a repeat may be a dim: DeBERTa's mask over the batch)
 
 
 @onnx_op("Trilu")

@@ -10,7 +10,7 @@ import numpy as np
 
 from disc.frontends.arrays import NeedsValue
 from disc.frontends.arrays import known as _known
-from disc.frontends.onnx.importer import OnnxImporter
+from disc.frontends.onnx.importer import OnnxImporter, ShapeValue
 from disc.frontends.onnx.ops import onnx_op
 from disc.frontends.onnx.ops.common import known_dim
 from disc.ir.builder import (
@@ -80,12 +80,18 @@ def _resize(
             raise LoweringError(f"Resize's {what} must be known when the model is compiled (a constant), not computed at run time")
         return [float(f) for f in np.asarray(k, np.float64).reshape(-1)] or None
 
-    scale_list, size_list = known_floats(scales, "scales"), known_floats(sizes, "sizes")
+    # Sizes computed from the input's dims (torch.export's interpolate to a feature map's side)
+    # stay symbolic: each axis's scale is then out / in, computed when the program runs.
+    size_dims = list(sizes.dims) if isinstance(sizes, ShapeValue) and _known(sizes) is None else None
+    scale_list = known_floats(scales, "scales")
+    size_list = [float(known_dim(d) or 0) for d in size_dims] if size_dims is not None else known_floats(sizes, "sizes")
     if (scale_list is None) == (size_list is None):
         raise LoweringError("Resize takes exactly one of scales and sizes")
     ins = [x.shape[a] for a in chosen]
+    if size_dims is not None and keep_aspect_ratio_policy != "stretch":
+        raise LoweringError(f"Resize keep_aspect_ratio_policy={keep_aspect_ratio_policy!r} with sizes {size_dims} not known when the model is compiled")
     if size_list is not None:
-        outs: list[DimLike] = [int(v) for v in size_list]
+        outs: list[DimLike] = size_dims if size_dims is not None else [int(v) for v in size_list]
         if keep_aspect_ratio_policy == "stretch":
             ratios: list[Any] = [None] * len(chosen)  # out / in, computed where the dims are known
         else:
