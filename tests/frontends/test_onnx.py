@@ -272,14 +272,18 @@ def flattened_feature_map() -> onnx.ModelProto:
     )
 
 
-def test_a_shape_computed_from_dims_and_reshaped_to_one_dim_stays_symbolic():
-    model = flattened_feature_map()
+def _one_program_matches_ort(model: onnx.ModelProto, shapes: list[tuple[int, ...]], seed: int) -> None:
+    """``model`` compiled once matches ONNX Runtime on random ``x`` of each shape."""
     sess = ort.InferenceSession(model.SerializeToString())
     prog = disc.onnx.compile(model)
-    rng = np.random.default_rng(13)
-    for shape in [(1, 3, 1, 1), (1, 3, 2, 5), (2, 3, 7, 4), (3, 3, 16, 9), (1, 3, 33, 17)]:
+    rng = np.random.default_rng(seed)
+    for shape in shapes:
         _check(prog, sess, {"x": rng.standard_normal(shape).astype(np.float32)}, tol=1e-5)
     assert getattr(prog, "compilations", 1) == 1
+
+
+def test_a_shape_computed_from_dims_and_reshaped_to_one_dim_stays_symbolic():
+    _one_program_matches_ort(flattened_feature_map(), [(1, 3, 1, 1), (1, 3, 2, 5), (2, 3, 7, 4), (3, 3, 16, 9), (1, 3, 33, 17)], seed=13)
 
 
 def mask_over_the_batch() -> onnx.ModelProto:
@@ -367,13 +371,7 @@ def shapes_from_dims_as_operands() -> onnx.ModelProto:
 
 
 def test_tile_repeats_flips_and_resize_sizes_computed_from_dims_stay_symbolic():
-    model = shapes_from_dims_as_operands()
-    sess = ort.InferenceSession(model.SerializeToString())
-    prog = disc.onnx.compile(model)
-    rng = np.random.default_rng(15)
-    for shape in [(1, 2, 1, 1), (1, 2, 3, 2), (2, 2, 5, 4), (3, 2, 1, 7), (1, 2, 9, 9)]:
-        _check(prog, sess, {"x": rng.standard_normal(shape).astype(np.float32)}, tol=1e-5)
-    assert getattr(prog, "compilations", 1) == 1
+    _one_program_matches_ort(shapes_from_dims_as_operands(), [(1, 2, 1, 1), (1, 2, 3, 2), (2, 2, 5, 4), (3, 2, 1, 7), (1, 2, 9, 9)], seed=15)
 
 
 def test_a_compiled_onnx_program_saves_and_runs_with_numpy_alone(tmp_path):
