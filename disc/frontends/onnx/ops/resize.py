@@ -84,14 +84,14 @@ def _resize(
     # stay symbolic: each axis's scale is then out / in, computed when the program runs.
     size_dims = list(sizes.dims) if isinstance(sizes, ShapeValue) and _known(sizes) is None else None
     scale_list = known_floats(scales, "scales")
-    size_list = [float(known_dim(d) or 0) for d in size_dims] if size_dims is not None else known_floats(sizes, "sizes")
-    if (scale_list is None) == (size_list is None):
+    size_list = known_floats(sizes, "sizes") if size_dims is None else None
+    if (scale_list is None) == (size_list is None and size_dims is None):
         raise LoweringError("Resize takes exactly one of scales and sizes")
     ins = [x.shape[a] for a in chosen]
     if size_dims is not None and keep_aspect_ratio_policy != "stretch":
         raise LoweringError(f"Resize keep_aspect_ratio_policy={keep_aspect_ratio_policy!r} with sizes {size_dims} not known when the model is compiled")
-    if size_list is not None:
-        outs: list[DimLike] = size_dims if size_dims is not None else [int(v) for v in size_list]
+    if scale_list is None:  # sizes given
+        outs: list[DimLike] = size_dims if size_dims is not None else [int(v) for v in size_list or []]
         if keep_aspect_ratio_policy == "stretch":
             ratios: list[Any] = [None] * len(chosen)  # out / in, computed where the dims are known
         else:
