@@ -222,8 +222,10 @@ def reshape_target(ctx: GraphBuilder, x: Node, dims: list[DimLike], allowzero: b
     return out
 
 
-def dim_arith(op: str, a: DimLike, b: DimLike) -> DimLike | None:
-    """``a op b`` on symbolic dims, for the ops dims are closed under (None otherwise)."""
+def dim_arith(ctx: GraphBuilder, op: str, a: DimLike, b: DimLike) -> DimLike | None:
+    """``a op b`` on symbolic dims, for the ops dims are closed under (None otherwise). A division
+    by a dim it shares no symbol with (GPT-2's mask elements over the ids' batch) is done when the
+    program runs (``floor_divide``: a new symbol, the divisor checked positive)."""
     a, b = as_expr(a), as_expr(b)
     if op == "add":
         return a + b
@@ -235,6 +237,9 @@ def dim_arith(op: str, a: DimLike, b: DimLike) -> DimLike | None:
         return a // b.const_value
     if op == "remainder" and b.is_const and b.const_value > 0:
         return a % b.const_value
+    if op in ("div", "remainder") and not b.is_const:
+        q = floor_divide(ctx, a, b)
+        return q if op == "div" else a - q * b
     if op == "pow" and b.is_const and 0 <= b.const_value <= 8:  # torch.export writes a square side's area as side ** 2
         out = as_expr(1)
         for _ in range(int(b.const_value)):

@@ -102,7 +102,7 @@ def _binary(imp: TfImporter, node: Any, a: Any, b: Any, **attrs: Any) -> Any:
     if ka is not None and kb is not None and op in _NUMPY and ka.dtype.kind in "iu" and kb.dtype.kind in "iu":
         return _NUMPY[op](ka, kb).astype(np.result_type(ka, kb))  # shape arithmetic on constants
     if op in _DIM_OPS and _is_int(a) and _is_int(b):
-        folded = _fold_dims(op, a, b, ka, kb)
+        folded = _fold_dims(imp, op, a, b, ka, kb)
         if folded is not None:
             return folded
     x, y = imp.tensor(a), imp.tensor(b)
@@ -116,7 +116,7 @@ def _binary(imp: TfImporter, node: Any, a: Any, b: Any, **attrs: Any) -> Any:
     return elementwise(imp, op, [x, y], x.dtype)
 
 
-def _fold_dims(op: str, a: Any, b: Any, ka: Any, kb: Any) -> Any:
+def _fold_dims(imp: TfImporter, op: str, a: Any, b: Any, ka: Any, kb: Any) -> Any:
     """Arithmetic on symbolic dims (a DimValue or ShapeValue with an integer or another such value)."""
     dim_op = _DIM_OPS[op]
     dtype = _int_dtype(a if isinstance(a, (ShapeValue, DimValue)) else b)
@@ -137,7 +137,7 @@ def _fold_dims(op: str, a: Any, b: Any, ka: Any, kb: Any) -> Any:
         db = db * len(da)
     if len(da) != len(db):
         return None
-    out = [dim_arith(dim_op, x, y) for x, y in zip(da, db)]
+    out = [dim_arith(imp, dim_op, x, y) for x, y in zip(da, db)]
     if any(d is None for d in out):
         return None
     scalar = (

@@ -16,7 +16,6 @@ from disc.ir.builder import (
     LoweringError,
     convert,
     elementwise,
-    floor_divide,
     reshape,
     select,
 )
@@ -80,12 +79,7 @@ def _dim_op(imp: OnnxImporter, op: str, a: DimLike, b: DimLike) -> DimLike | Non
         if c.prove_ge(b, a):
             return b if op == "maximum" else a
         return None
-    out = _dim_arith(op, a, b)
-    if out is None and op in ("div", "remainder") and not as_expr(b).is_const:
-        # A count over a dim (GPT-2's mask elements over the batch): divided when the program runs.
-        q = floor_divide(imp, a, b)
-        out = q if op == "div" else as_expr(a) - q * as_expr(b)
-    return out
+    return _dim_arith(imp, op, a, b)
 
 
 def _dims_compared(imp: OnnxImporter, op: str, a: DimLike, b: DimLike) -> bool | None:
