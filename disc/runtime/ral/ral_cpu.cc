@@ -1147,6 +1147,9 @@ void sample_b(const T* b, int64_t k, int64_t n, int64_t brs, int64_t bcs, float*
 // in panels of 64 columns, each ceil16(k) rows deep and contiguous (format BA16a64b, zero padded),
 // at every m. Any other layout (another ISA, another oneDNN) leaves small GEMMs to oneDNN.
 constexpr int64_t kPanelCols = 64;
+
+// How many 64-column panels hold n columns.
+int64_t panel_count(int64_t n) { return (n + kPanelCols - 1) / kPanelCols; }
 constexpr int64_t kSmallRowsDefault = 64;
 
 // GEMMs of at most this many rows take the panel kernel (DISC_RAL_SMALL_M_ROWS, or
@@ -1175,7 +1178,7 @@ int64_t panel_depth(const memory::desc& md, int64_t k, int64_t n) {
   const memory::dims padded = md.get_padded_dims();
   if (blks != memory::dims{16, kPanelCols} || idxs != memory::dims{0, 1}) return 0;
   const int64_t depth = (k + 15) / 16 * 16;
-  if (padded != memory::dims{depth, (n + kPanelCols - 1) / kPanelCols * kPanelCols}) return 0;
+  if (padded != memory::dims{depth, panel_count(n) * kPanelCols}) return 0;
   return strides == memory::dims{16 * kPanelCols, depth * kPanelCols} ? depth : 0;
 }
 
@@ -1287,7 +1290,7 @@ void panel_product(int64_t m, int64_t k, const float* a, int64_t lda, const floa
 // 64 rows 49.5 -> 40.4 ms (`python -m benchmarks.weight_stream`).
 void panel_gemm(const Gemm2D& g, int64_t lda, const float* panels, int64_t depth) {
   panel_gemm_calls().fetch_add(1, std::memory_order_relaxed);
-  const int64_t count = (g.n + kPanelCols - 1) / kPanelCols;
+  const int64_t count = panel_count(g.n);
 #pragma omp parallel for schedule(static) if (count > 1)
   for (int64_t j = 0; j < count; ++j)
     panel_product(g.m, g.k, g.a, lda, panels + j * depth * kPanelCols, g.c + j * kPanelCols, g.crs, std::min(kPanelCols, g.n - j * kPanelCols));
@@ -1343,11 +1346,8 @@ std::optional<int32_t> run_packed_b(disc_ral_ctx* ctx, const Gemm2D& g, const La
 // convolution's multiply-adds, on the panel kernel. B and A hold only 0 and +-1 and G halves, so
 // the transforms add no rounding beyond a few additions. oneDNN 3.x has no f32 Winograd kernel
 // for AVX-512 (convolution_winograd finds no implementation).
-#if defined(__AVX512F__)
-constexpr int kWinoPoints = 16;
-
 // DISC_RAL_WINOGRAD (or disc_ral_cpu_set_winograd): 0 never, 1 for every convolution it can run
-// (tests), 2 (default) where it wins.
+// (tests), 2 (default) where it wins. Without AVX-512 the kernel does not exist and it is not read.
 std::atomic<int>& winograd_setting() {
   static std::atomic<int> mode{[] {
     const char* v = std::getenv("DISC_RAL_WINOGRAD");
@@ -1355,6 +1355,15 @@ std::atomic<int>& winograd_setting() {
   }()};
   return mode;
 }
+
+// Calls of the Winograd convolution in this process (tests check which routine ran).
+std::atomic<int64_t>& winograd_calls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+
+#if defined(__AVX512F__)
+constexpr int kWinoPoints = 16;
 
 bool winograd_fits(const disc_conv2d_args& x) {
   return x.channels_last && x.weight_is_constant && x.groups == 1 && x.kh == 3 && x.kw == 3 && x.stride[0] == 1 && x.stride[1] == 1 &&
@@ -1371,12 +1380,6 @@ bool use_winograd(const disc_conv2d_args& x) {
   const int mode = winograd_setting().load(std::memory_order_relaxed);
   if (mode == 0 || !winograd_fits(x)) return false;
   return mode == 1 || (x.ci >= 64 && x.co >= 64 && x.n * x.oh * x.ow >= 36);
-}
-
-// Calls of the Winograd convolution in this process (tests check which routine ran).
-std::atomic<int64_t>& winograd_calls() {
-  static std::atomic<int64_t> calls{0};
-  return calls;
 }
 
 // The transforms, on one value (a channel's) or a vector of them. In: the 4x4 block d; out: B^T d B.
@@ -1414,7 +1417,7 @@ void winograd_output_tile(const T (&m)[kWinoPoints], T (&y)[2][2]) {
 // The filters G g G^T, laid out for the panel kernel: point p's ci x co matrix in 64-column
 // panels, u[((p * panels + panel) * ci + c) * 64 + column], the last panel's spare columns zero.
 void winograd_filters(const disc_conv2d_args& x, float* u) {
-  const int64_t panels = (x.co + kPanelCols - 1) / kPanelCols;
+  const int64_t panels = panel_count(x.co);
   std::fill(u, u + kWinoPoints * panels * x.ci * kPanelCols, 0.0f);
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < x.co; ++k) {
@@ -1443,7 +1446,7 @@ void winograd_filters(const disc_conv2d_args& x, float* u) {
 // The transformed filters of a constant weight, made on first use and cached like oneDNN's
 // reordered copies (dropped with the weight's last program). nullptr: out of memory (reported).
 std::shared_ptr<const PackedWeights> winograd_weights(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
-  const int64_t panels = (x.co + kPanelCols - 1) / kPanelCols;
+  const int64_t panels = panel_count(x.co);
   // The last place tells these apart from the oneDNN copies of the same weight (groups, >= 1).
   const WeightKey key{static_cast<int64_t>(reinterpret_cast<uintptr_t>(x.weight)), x.co, x.ci, x.kh, x.kw, -3};
   const memory::desc md({kWinoPoints, panels, x.ci, kPanelCols}, memory::data_type::f32, tag::abcd);
@@ -1465,6 +1468,13 @@ struct WinoTiles {
   int64_t across, per_image, count;
   explicit WinoTiles(const disc_conv2d_args& x)
       : across((x.ow + 1) / 2), per_image(((x.oh + 1) / 2) * across), count(x.n * per_image) {}
+  struct Origin {
+    int64_t image, y, x;  // the tile's first output row and column
+  };
+  Origin origin(int64_t t) const {
+    const int64_t within = t % per_image;
+    return {t / per_image, within / across * 2, within % across * 2};
+  }
 };
 
 // V: point p's rows x ci matrix at v + p * rows * ci, row r the transformed input of tile t0 + r.
@@ -1472,8 +1482,8 @@ struct WinoTiles {
 void winograd_inputs(const disc_conv2d_args& x, const WinoTiles& tiles, int64_t t0, int64_t rows, const float* zeros, float* v) {
   const int64_t ci = x.ci, plane = rows * ci;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = t0 + r, image = t / tiles.per_image, within = t % tiles.per_image;
-    const int64_t y0 = (within / tiles.across) * 2 - x.pad_lo[0], x0 = (within % tiles.across) * 2 - x.pad_lo[1];
+    const WinoTiles::Origin at = tiles.origin(t0 + r);
+    const int64_t image = at.image, y0 = at.y - x.pad_lo[0], x0 = at.x - x.pad_lo[1];
     const float* src[4][4];
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 4; ++j) {
@@ -1504,8 +1514,8 @@ void winograd_inputs(const disc_conv2d_args& x, const WinoTiles& tiles, int64_t 
 void winograd_outputs(const disc_conv2d_args& x, const WinoTiles& tiles, int64_t t0, int64_t rows, int64_t co0, int64_t cols, const float* m) {
   const int64_t plane = rows * kPanelCols;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = t0 + r, image = t / tiles.per_image, within = t % tiles.per_image;
-    const int64_t y0 = (within / tiles.across) * 2, x0 = (within % tiles.across) * 2;
+    const WinoTiles::Origin at = tiles.origin(t0 + r);
+    const int64_t image = at.image, y0 = at.y, x0 = at.x;
     float* dst[2][2];
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j)
@@ -1549,13 +1559,14 @@ int32_t winograd_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   const std::shared_ptr<const PackedWeights> filters = winograd_weights(ctx, x);
   if (!filters) return 1;
   const WinoTiles tiles(x);
-  const int64_t panels = (x.co + kPanelCols - 1) / kPanelCols;
+  const int64_t panels = panel_count(x.co);
   const int64_t threads = std::max(omp_get_max_threads(), 1);
   // Blocks of tiles. Enough of them: as many as a multiple of the threads, evenly filled. Few (a
   // small image's last layers): the threads share out the output channels' panels instead, each
   // over every block (transforming the input itself: little next to its products), so that the
   // filters are still read once per block in all.
-  int64_t blocks = (tiles.count + winograd_rows(x.ci) - 1) / winograd_rows(x.ci);
+  const int64_t most_rows = winograd_rows(x.ci);
+  int64_t blocks = (tiles.count + most_rows - 1) / most_rows;
   int64_t groups = 1;
   if (blocks < 2 * threads && panels >= threads) {
     groups = threads;
@@ -1588,16 +1599,8 @@ int32_t winograd_conv2d(disc_ral_ctx* ctx, const disc_conv2d_args& x) {
   return 0;
 }
 #else
-std::atomic<int>& winograd_setting() {
-  static std::atomic<int> mode{0};
-  return mode;
-}
 bool use_winograd(const disc_conv2d_args&) { return false; }
 int32_t winograd_conv2d(disc_ral_ctx*, const disc_conv2d_args&) { return 1; }  // unreachable
-std::atomic<int64_t>& winograd_calls() {
-  static std::atomic<int64_t> calls{0};
-  return calls;
-}
 #endif
 
 // The cached plan of the forward convolution x describes, built on first use.
