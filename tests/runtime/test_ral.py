@@ -176,6 +176,40 @@ def test_gemm_batch_broadcast(ral):
     assert ral.gemm(torch.randn(0, 2, 4), torch.randn(4, 3)).shape == (0, 2, 3)
 
 
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (1, 16, 64), (7, 5, 3), (9, 17, 64), (16, 64, 16), (33, 33, 64), (48, 64, 48)])
+def test_batches_of_tiny_gemms(ral, m, n, k):
+    """Attention's per-head products at a few tokens (Q @ K^T with K^T read along its columns,
+    P @ V with V's rows strided in a wider buffer) are summed by the RAL's own loop; the library
+    gives the same products when it is turned off."""
+    heads = 4
+    qkv = torch.randn(heads, max(m, n, k), 3 * 64)  # a fused projection's output, viewed per head
+    q = qkv[:, :m, :k]
+    key_t = qkv[:, :n, 64 : 64 + k].transpose(-1, -2)  # [heads, k, n]: unit row stride
+    p = torch.randn(heads, m, k).transpose(-1, -2).contiguous().transpose(-1, -2)  # column-major A
+    v = qkv[:, :k, 128 : 128 + n] if n <= 64 else torch.randn(heads, k, n)
+    calls = ral.cache_entries()["tiny_gemm_calls"]
+    for a, b in ((q, key_t), (p, v)):
+        c0 = torch.randn(heads, m, n + 3)[..., :n]
+        out = c0.clone()
+        ral.gemm(a, b, out, alpha=0.125, beta=-0.5)
+        assert rel_err(out, 0.125 * ref_mm(a, b) - 0.5 * c0.double()) <= 1e-5
+        nan_c = torch.full((heads, m, n), float("nan"))
+        assert rel_err(ral.gemm(a, b, nan_c), ref_mm(a, b)) <= 1e-5  # beta 0 overwrites what C held
+        previous = ral.set_tiny_gemm(False)
+        try:
+            assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-5
+        finally:
+            ral.set_tiny_gemm(previous)
+    assert ral.cache_entries()["tiny_gemm_calls"] == calls + 4
+
+
+def test_large_batched_gemms_keep_the_library(ral):
+    a, b = torch.randn(4, 96, 64), torch.randn(4, 64, 96)  # 96 * 96 * 64 multiply-adds a head: too many
+    calls = ral.cache_entries()["tiny_gemm_calls"]
+    assert rel_err(ral.gemm(a, b), ref_mm(a, b)) <= 1e-5
+    assert ral.cache_entries()["tiny_gemm_calls"] == calls
+
+
 def test_gemm_errors_are_reported(ral):
     a, b = torch.randn(2, 3), torch.randn(3, 2)
     out = torch.empty(2, 2)

@@ -383,8 +383,9 @@ class Ral:
         """Sizes of the RAL's caches (convolution plans, reordered constant weights, matmul plans, plans
         of GEMMs on packed weights), how many matmul plans were built so far (each miss builds one),
         the bytes of packed GEMM weights held (capped by DISC_RAL_PACKED_GEMM_MB if set), how many
-        GEMMs ran on the RAL's own panel kernel and up to how many rows it takes (0: never), and how
-        many convolutions ran by Winograd's F(2x2, 3x3)."""
+        GEMMs ran on the RAL's own panel kernel and up to how many rows it takes (0: never), how
+        many convolutions ran by Winograd's F(2x2, 3x3) and how many batches of tiny GEMMs the RAL
+        summed itself (attention's per-head products at a few tokens)."""
         fn = self.lib.disc_ral_cpu_cache_entries
         fn.restype, fn.argtypes = _i64, [_i32]
         return {
@@ -397,6 +398,7 @@ class Ral:
             "panel_gemm_calls": fn(6),
             "panel_gemm_rows": fn(7),
             "winograd_calls": fn(8),
+            "tiny_gemm_calls": fn(9),
         }
 
     def set_packed_gemm_mb(self, mb: float) -> float:
@@ -413,6 +415,16 @@ class Ral:
         fn = self.lib.disc_ral_cpu_set_small_m_rows
         fn.restype, fn.argtypes = _i64, [_i64]
         return fn(rows)
+
+    def set_tiny_gemm(self, on: bool) -> bool:
+        """Turns on or off the RAL's own loop for batches of tiny GEMMs (each at most 2^17
+        multiply-adds, B's rows or A's and B's columns contiguous); returns the previous setting.
+        Off, the library runs them one by one. A RAL saved before it existed keeps the library."""
+        fn = getattr(self.lib, "disc_ral_cpu_set_tiny_gemm", None)
+        if fn is None:
+            return False
+        fn.restype, fn.argtypes = _i32, [_i32]
+        return bool(fn(int(on)))
 
     def set_winograd(self, mode: int) -> int:
         """Sets when forward 3x3 convolutions of stride 1 on constant weights run by Winograd's

@@ -385,6 +385,80 @@ struct BatchDims {
 
 int32_t gemm_16bit(disc_ral_ctx* ctx, const disc_gemm_args& x, BatchDims bd);  // below, beside the other oneDNN calls
 
+// --- tiny GEMMs: attention's Q @ K^T and P @ V at a few tokens, one per head. A library call
+// spends 2-3 us setting up a product of a few thousand multiply-adds (GPT-2 decode at 16 tokens:
+// 4 heads of 16x64 @ 64x16 took 10 us through dnnl_sgemm, one per thread at a time), so they are
+// summed here: B copied into rows of whole vectors (K^T is read along its columns), then 8 rows
+// of C at a time, one vector of columns each, so 8 sums are in flight.
+constexpr double kTinyGemmMacs = double(1 << 18);
+constexpr int64_t kTinyGemmFloats = 8192;  // the largest copy of B (on the stack: 32 KB)
+
+// DISC_RAL_TINY_GEMM=0 (or disc_ral_cpu_set_tiny_gemm(0)) leaves them to the library (tests, benchmarks).
+std::atomic<int>& tiny_gemm_setting() {
+  static std::atomic<int> on{[] {
+    const char* v = std::getenv("DISC_RAL_TINY_GEMM");
+    return (v != nullptr && std::strcmp(v, "0") == 0) ? 0 : 1;
+  }()};
+  return on;
+}
+
+// Calls of the tiny-GEMM path in this process (tests check which routine ran).
+std::atomic<int64_t>& tiny_gemm_calls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+
+int64_t tiny_gemm_ldb(int64_t n) { return (n + kVW - 1) / kVW * kVW; }
+
+bool tiny_gemm_fits(const Gemm2D& g) {
+  return double(g.m) * double(g.n) * double(g.k) <= kTinyGemmMacs && g.k * tiny_gemm_ldb(g.n) <= kTinyGemmFloats;
+}
+
+// Rows i0..i0+R of C, columns j0..j0+kVW (those below n), from B's copy `bt` (rows of ldb floats).
+template <int R>
+void tiny_tile(const Gemm2D& g, int64_t i0, const float* bt, int64_t ldb, int64_t j0) {
+  vfloat acc[R] = {};
+  const float* a = g.a + i0 * g.ars;
+  for (int64_t p = 0; p < g.k; ++p) {
+    const vfloat b = *reinterpret_cast<const vfloat*>(bt + p * ldb + j0);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] += a[r * g.ars + p * g.acs] * b;
+  }
+  const int64_t cols = std::min<int64_t>(kVW, g.n - j0);
+  for (int r = 0; r < R; ++r) {
+    float* c = g.c + (i0 + r) * g.crs + j0;
+    for (int64_t l = 0; l < cols; ++l) c[l] = g.beta == 0.0f ? g.alpha * acc[r][l] : g.alpha * acc[r][l] + g.beta * c[l];
+  }
+}
+
+// C[m, n] = alpha * A @ B + beta * C (beta == 0 overwrites, as BLAS does) where tiny_gemm_fits(g).
+void tiny_gemm(const Gemm2D& g) {
+  const int64_t ldb = tiny_gemm_ldb(g.n);
+  alignas(64) float bt[kTinyGemmFloats];
+  for (int64_t p = 0; p < g.k; ++p) std::fill(bt + p * ldb + g.n, bt + (p + 1) * ldb, 0.0f);
+  if (g.bcs == 1 || g.brs != 1) {
+    for (int64_t p = 0; p < g.k; ++p)
+      for (int64_t j = 0; j < g.n; ++j) bt[p * ldb + j] = g.b[p * g.brs + j * g.bcs];
+  } else {
+    for (int64_t j = 0; j < g.n; ++j)  // along B's columns, which are contiguous
+      for (int64_t p = 0; p < g.k; ++p) bt[p * ldb + j] = g.b[p + j * g.bcs];
+  }
+  for (int64_t j0 = 0; j0 < g.n; j0 += kVW) {
+    int64_t i = 0;
+    for (; i + 8 <= g.m; i += 8) tiny_tile<8>(g, i, bt, ldb, j0);
+    switch (g.m - i) {
+      case 1: tiny_tile<1>(g, i, bt, ldb, j0); break;
+      case 2: tiny_tile<2>(g, i, bt, ldb, j0); break;
+      case 3: tiny_tile<3>(g, i, bt, ldb, j0); break;
+      case 4: tiny_tile<4>(g, i, bt, ldb, j0); break;
+      case 5: tiny_tile<5>(g, i, bt, ldb, j0); break;
+      case 6: tiny_tile<6>(g, i, bt, ldb, j0); break;
+      case 7: tiny_tile<7>(g, i, bt, ldb, j0); break;
+      default: break;
+    }
+  }
+}
+
 int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
   if (args == nullptr) return fail(ctx, "gemm: null args");
   const disc_gemm_args& x = *args;
@@ -425,6 +499,18 @@ int32_t ral_gemm_impl(disc_ral_ctx* ctx, const disc_gemm_args* args) {
   g.b_const = false;  // slices of B are not the buffers programs hold, so their copies could not be freed
   int nthr = omp_get_max_threads();
   double macs = double(g.m) * double(g.n) * double(g.k);
+  if (tiny_gemm_fits(g) && tiny_gemm_setting() != 0) {
+    tiny_gemm_calls().fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel for schedule(static) if (nthr > 1 && macs * double(bd.count) >= double(1 << 14))
+    for (int64_t bi = 0; bi < bd.count; ++bi) {
+      int64_t oa, ob, oc;
+      bd.offsets(bi, &oa, &ob, &oc);
+      Gemm2D gi = g;
+      gi.a += oa, gi.b += ob, gi.c += oc;
+      tiny_gemm(gi);
+    }
+    return 0;
+  }
   // Many small GEMMs: one per thread at a time (a library barely threads a 128x64 GEMM). One
   // or a few large ones: sequentially, each threaded by the library/builtin loop.
   bool over_batch = nthr > 1 && bd.count >= nthr && (bd.count >= 4 * nthr || macs < double(1 << 24));
@@ -2040,8 +2126,10 @@ const char* library_name() {
 
 // Not part of the ABI: cache sizes for tests and diagnostics (0: conv plans, 1: packed weights,
 // 2: matmul-primitive plans on B as stored, 3: those built so far, 4: matmul-primitive plans on
-// packed B, 5: bytes of packed GEMM weights counted against the budget).
+// packed B, 5: bytes of packed GEMM weights counted against the budget, 6: panel-kernel GEMMs run,
+// 7: the panel kernel's row limit, 8: Winograd convolutions run, 9: batches of tiny GEMMs run).
 extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_cache_entries(int32_t which) {
+  if (which == 9) return tiny_gemm_calls().load(std::memory_order_relaxed);  // every build has the tiny GEMMs
 #ifdef DISC_HAVE_DNNL
   switch (which) {
     case 0: return plan_cache().size();
@@ -2070,6 +2158,12 @@ extern "C" __attribute__((visibility("default"))) int64_t disc_ral_cpu_set_small
   (void)rows;
   return 0;
 #endif
+}
+
+// Not part of the ABI: turns the tiny-GEMM path for batches of small products on (1) or off (0)
+// and returns the previous setting.
+extern "C" __attribute__((visibility("default"))) int32_t disc_ral_cpu_set_tiny_gemm(int32_t on) {
+  return tiny_gemm_setting().exchange(on != 0 ? 1 : 0);
 }
 
 // Not part of the ABI: sets when convolutions run by Winograd's F(2x2, 3x3) (0 never, 1 whenever
