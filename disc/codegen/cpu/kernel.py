@@ -77,7 +77,19 @@ from disc.ir.ops.reduction import spreads_back_onto_its_rows
 from disc.ir.registry import ELEMENTWISE, get_spec
 from disc.ir.types import INT_DTYPES
 
-PARALLEL_MIN_ELEMENTS = 32768  # below this a parallel region costs more than it saves
+# A parallel region costs ~1 us on 2 threads here (fork, join, the other core's cache lines), so
+# each thread is given at least a grain of elements: 2048 of plain arithmetic or copies, 1024 for
+# kernels with a reduction (they walk each row more than once), 512 where an element costs a
+# transcendental function. Measured per kernel on GPT-2 decode at 2-31 tokens (DISC_PROFILE=1,
+# 2-core Emerald Rapids): tanh-GELU on 16 x 1024 ran 14 -> 7.7 us, softmax on 4 x 20 x 20 rows
+# 7 -> 4 us, LayerNorm on 24 x 256 6.0 -> 4.2 us; a 1536-element bias add lost 0.7 us when split.
+GRAIN_ELEMENTS = 2048
+GRAIN_REDUCTION = 1024
+GRAIN_TRANSCENDENTAL = 512
+TRANSCENDENTAL_OPS = frozenset(
+    "exp expm1 log log1p log2 log10 tanh sigmoid sin cos tan erf asin acos atan sinh cosh asinh acosh atanh "
+    "gelu gelu_tanh silu pow atan2".split()
+)
 ROW_CACHE_MAX = 8192  # elements per cached row: a few of them fit L1/L2 and the stack of a worker thread
 ROW_CACHE_BUFFERS = 3  # reduction operands cached per row, at most
 MAX_VERSIONS = 8  # per kernel; the profiling counters reserve this many slots a step
@@ -580,8 +592,18 @@ def _signature(name: str, step: KernelStep) -> str:
     return f"DISC_HIDDEN void {name}({', '.join(params)})"
 
 
-def _parallel(work: str, simd: bool = False) -> str:
-    return f"#pragma omp parallel for{' simd' if simd else ''} schedule(static) if({work} >= {PARALLEL_MIN_ELEMENTS})"
+def _grain(step: KernelStep) -> int:
+    """Elements a thread should get at least, by what one element of this kernel costs."""
+    ops = {n.op for n in step.group.nodes}
+    if ops & TRANSCENDENTAL_OPS:
+        return GRAIN_TRANSCENDENTAL
+    return GRAIN_REDUCTION if "reduce" in ops else GRAIN_ELEMENTS
+
+
+def _parallel(em: _Emitter, work: str, simd: bool = False) -> str:
+    grain = _grain(em.step)
+    team = f"disc_team({work}, {grain})"
+    return f"#pragma omp parallel for{' simd' if simd else ''} schedule(static) if({work} >= {2 * grain}) num_threads({team})"
 
 
 def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool, short: bool = False) -> _Emitter:
@@ -590,7 +612,7 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool,
     shape = em.shape(root)
     if not nested or len(shape) < 2:
         em.w(f"const int64_t n = {c_product(list(shape))};")
-        em.w(_parallel("n"))
+        em.w(_parallel(em, "n"))
         em.w("for (int64_t i = 0; i < n; ++i) {")
         em.w.depth += 1
         _write_outputs(em, step, root, Idx(shape, None, "i"))
@@ -600,7 +622,7 @@ def _loop_body(step: KernelStep, names: SymbolNames, assume: bool, nested: bool,
     if short:
         return _short_row_body(em, step, root, shape)
     em.w(f"const int64_t rows = {c_product(list(shape[:-1]))}, cols = {shape[-1]};")
-    em.w(_parallel("rows * cols"))
+    em.w(_parallel(em, "rows * cols"))
     em.w("for (int64_t r = 0; r < rows; ++r) {")
     em.w.depth += 1
     outer = em.dims_of(Idx(shape[:-1], None, "r"))
@@ -676,7 +698,7 @@ def _short_row_body(em: _Emitter, step: KernelStep, root: Node, shape: tuple[str
     """Rows of the last two dims, parallel over the dims before them: the outer index is recovered
     once per ``mid * cols`` elements, not once per ``cols``."""
     em.w(f"const int64_t rows = {c_product(list(shape[:-2]))}, mid = {shape[-2]}, cols = {shape[-1]};")
-    em.w(_parallel("rows * mid * cols"))
+    em.w(_parallel(em, "rows * mid * cols"))
     em.w("for (int64_t r = 0; r < rows; ++r) {")
     em.w.depth += 1
     outer = em.dims_of(Idx(shape[:-2], None, "r"))
@@ -797,7 +819,7 @@ def _reduction_body(step: KernelStep, names: SymbolNames, assume: bool, schedule
     split = schedule == "split-row"
     em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
     if not split:
-        em.w(_parallel("rows * cols"))
+        em.w(_parallel(em, "rows * cols"))
     em.w("for (int64_t r = 0; r < rows; ++r) {")
     em.w.depth += 1
     outer = em.dims_of(Idx(tuple(shape[k] for k in outer_axes), None, "r"))
@@ -955,7 +977,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
     em.cols = c_product(spelled[outer + lead :])
     em.column_kept = len(shape) - outer - lead
     em.w(f"const int64_t rows = {em.rows}, cols = {em.cols};")
-    em.w(f"const int64_t nt = rows * cols >= {PARALLEL_MIN_ELEMENTS} ? std::max<int64_t>(1, std::min<int64_t>(disc_threads(), rows)) : 1;")
+    em.w(f"const int64_t nt = std::min<int64_t>(disc_team(rows * cols, {_grain(step)}), std::max<int64_t>(rows, 1));")
     outer_dims: tuple[str, ...] = ()
     if outer:  # the rest of the kernel runs once per outer index o
         em.w(f"for (int64_t o = 0; o < {c_product(spelled[:outer])}; ++o) {{")
@@ -969,7 +991,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
     late = any(reads(full_outputs, r, em.members) for r in reductions)
 
     def walk(body) -> None:  # rows of this thread's block, kept elements innermost
-        em.w("#pragma omp parallel for schedule(static) if(nt > 1)")
+        em.w("#pragma omp parallel for schedule(static) if(nt > 1) num_threads(nt)")
         em.w("for (int64_t t = 0; t < nt; ++t) {")
         em.w.depth += 1
         em.scopes.append({})
@@ -1020,7 +1042,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
             ctype = C_TYPES[r.dtype]
             em.w(f"{ctype}* __restrict__ {parts[r]}_0 = {parts[r]}.get();")
             em.w(f"const {ctype}* __restrict__ {parts[r]}_t = {parts[r]}.get() + t * cols;")
-        em.w(_parallel("cols * nt", simd=True))
+        em.w(_parallel(em, "cols * nt", simd=True))
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         for r in batch:
@@ -1039,7 +1061,7 @@ def _column_body(step: KernelStep, names: SymbolNames, assume: bool, outer: int,
 
         walk(write)
     if row_outputs:
-        em.w(_parallel("cols"))
+        em.w(_parallel(em, "cols"))
         em.w("for (int64_t j = 0; j < cols; ++j) {")
         em.w.depth += 1
         em.scopes.append({})
@@ -1087,7 +1109,7 @@ def _scatter_body(step: KernelStep, names: SymbolNames) -> _Emitter:
     axis = n.attrs["axis"] % rank
     out_shape, it_shape = em.shape(n), em.shape(index)
     em.w(f"const int64_t n = {c_product(list(out_shape))};")
-    em.w(_parallel("n"))
+    em.w(_parallel(em, "n"))
     em.w("for (int64_t i = 0; i < n; ++i) {")
     em.w.depth += 1
     em.scopes.append({})
@@ -1098,7 +1120,7 @@ def _scatter_body(step: KernelStep, names: SymbolNames) -> _Emitter:
     outer, inner = list(it_shape[:axis]), list(it_shape[axis + 1 :])
     em.w(f"const int64_t outer = {c_product(outer)}, len = {it_shape[axis]}, inner = {c_product(inner)};")
     em.w(f"const int64_t blocks = (inner + {SCATTER_BLOCK - 1}) / {SCATTER_BLOCK};")
-    em.w(_parallel("outer * len * inner"))
+    em.w(_parallel(em, "outer * len * inner"))
     em.w("for (int64_t t = 0; t < outer * blocks; ++t) {")
     em.w.depth += 1
     em.w(f"const int64_t o = t / blocks, j0 = (t % blocks) * {SCATTER_BLOCK};")

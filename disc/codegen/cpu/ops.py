@@ -388,6 +388,8 @@ static inline int64_t disc_checked_index(int64_t i, int64_t size, bool wrap, int
 // (computing a symbol precedes checking it), where a hardware division would kill the process.
 static inline int64_t disc_floordiv_i(int64_t a, int64_t b) { if (b == 0) return 0; int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t disc_threads() { return omp_get_max_threads(); }
+// Threads for `work` elements, each given at least `grain` of them (1: run on the calling thread).
+static inline int disc_team(int64_t work, int64_t grain) { return (int)std::max<int64_t>(1, std::min<int64_t>(disc_threads(), work / grain)); }
 
 // nonzero: the positions of mask's true elements, ascending, into out (room for n); returns how
 // many. One pass writes every position and advances only past true ones (no branch to mispredict
