@@ -118,5 +118,7 @@ class InputChecker:
                 continue  # a symbol no input dim binds: the program's own check reports it
             want = expr.evaluate({sym: value for sym, (value, _, _) in seen.items()})
             if size != want:
+                if not expr.symbols():  # e.g. an exporter that traced the dim at 1 and kept a 1 in the graph
+                    raise ShapeError(f"input {name!r} dim {axis} is {size} but must be {want} (the compiled graph fixes it: {text})")
                 known = ", ".join(f"{sym} = {seen[sym][0]} from input {seen[sym][1]!r} dim {seen[sym][2]}" for sym in sorted(expr.symbols()))
                 raise ShapeError(f"input {name!r} dim {axis} is {size} but must equal {text} = {want} ({known})")

@@ -103,3 +103,107 @@ def test_an_exported_model_compiles_once_and_matches_onnx_runtime(name, tmp_path
         compared += 1
     assert compared >= 1
     assert getattr(program, "compilations", 1) == 1
+
+
+# -- GPT-2 with its KV cache as inputs: a decode step as ONNX deployments export it -----------------
+KV_LAYERS, KV_HEADS, KV_HEAD_DIM, KV_VOCAB = 2, 2, 16, 128
+
+
+class _DecodeStep(torch.nn.Module):
+    """One GPT-2 step on (ids, mask, past keys and values per layer); returns the logits and the
+    grown keys and values as tensors, which the next step takes as its past."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers as hf
+
+        self.config = hf.GPT2Config(
+            vocab_size=KV_VOCAB, n_embd=KV_HEADS * KV_HEAD_DIM, n_layer=KV_LAYERS, n_head=KV_HEADS, n_positions=64,
+            bos_token_id=KV_VOCAB - 1, eos_token_id=KV_VOCAB - 1,
+        )  # fmt: skip
+        # SDPA's is_causal becomes a symbolic bool under torch.export, which the kernel refuses.
+        self.model = hf.GPT2LMHeadModel._from_config(self.config, attn_implementation="eager").eval()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.config)
+        for layer in range(KV_LAYERS):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
+
+
+def _step_inputs(batch: int, past: int, new: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, KV_VOCAB, (batch, new), generator=g)
+    kv = [torch.randn(batch, KV_HEADS, past, KV_HEAD_DIM, generator=g) for _ in range(2 * KV_LAYERS)]
+    return ids, torch.ones(batch, past + new, dtype=torch.int64), kv
+
+
+def _export_step(step: _DecodeStep, example: tuple, path: Path) -> None:
+    dim = torch.export.Dim.DYNAMIC
+    dynamic = {"input_ids": {0: dim, 1: dim}, "attention_mask": {0: dim, 1: dim}, "past": [{0: dim, 2: dim}] * (2 * KV_LAYERS)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            program = torch.onnx.export(step, example, dynamo=True, dynamic_shapes=dynamic, verbose=False)
+        finally:
+            logging.disable(logging.NOTSET)
+    program.save(str(path), external_data=False)
+
+
+def _close(got: list[np.ndarray], want: list[np.ndarray], where: object) -> None:
+    assert len(got) == len(want), where
+    for g, w in zip(got, want):
+        assert g.shape == w.shape, (where, g.shape, w.shape)
+        assert float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30)) <= RTOL, where
+
+
+def test_gpt2_with_kv_cache_inputs_compiles_once_and_decodes_as_onnx_runtime_does(tmp_path):
+    """Batch, past length and new tokens all dynamic (traced at 2 tokens: a 1-token trace pins the
+    count to 1). One compilation serves single steps from a 1-long past and a 1-token batch, a
+    multi-token step, and a decode loop whose grown cache is fed back, against ORT and eager."""
+    torch.manual_seed(0)
+    step = _DecodeStep().eval()
+    path = tmp_path / "gpt2_kv.onnx"
+    _export_step(step, _step_inputs(2, 3, 2, 0), path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    program = disc.onnx.compile(str(path))
+
+    def run(ids, mask, kv, where):
+        feeds = dict(zip(names, [ids.numpy(), mask.numpy(), *[t.numpy() for t in kv]]))
+        got = program(**feeds)
+        _close(got, sess.run(None, feeds), where)
+        with torch.no_grad():
+            _close(got, [t.numpy() for t in step(ids, mask, kv)], where)
+        return got
+
+    for batch, past, new in [(1, 1, 1), (1, 2, 1), (2, 7, 1), (3, 12, 1), (1, 5, 4), (2, 1, 3)]:
+        run(*_step_inputs(batch, past, new, 7), (batch, past, new))
+    ids, mask, kv = _step_inputs(2, 1, 3, 11)
+    for t in range(4):
+        got = run(ids, mask, kv, ("loop", t))
+        ids = torch.from_numpy(got[0][:, -1].argmax(-1, keepdims=True))  # greedy: the next token
+        kv = [torch.from_numpy(a) for a in got[1:]]
+        mask = torch.ones(ids.shape[0], kv[0].shape[2] + 1, dtype=torch.int64)
+    assert kv[0].shape[2] == 1 + 3 + 3  # the cache grew by one a step after the 3-token start
+    assert getattr(program, "compilations", 1) == 1
+
+
+def test_a_token_count_the_export_pinned_is_refused_by_name(tmp_path):
+    """Traced at one new token, the exporter keeps that 1 in the graph (ORT then fails inside an
+    Add at 4 tokens); disc refuses the call naming the input and the dim."""
+    torch.manual_seed(0)
+    step = _DecodeStep().eval()
+    path = tmp_path / "gpt2_kv_1.onnx"
+    _export_step(step, _step_inputs(2, 3, 1, 0), path)
+    program = disc.onnx.compile(str(path))
+    ids, mask, kv = _step_inputs(1, 5, 1, 3)
+    feeds = [ids.numpy(), mask.numpy(), *[t.numpy() for t in kv]]
+    assert program(*feeds)[0].shape == (1, 1, KV_VOCAB)
+    ids, mask, kv = _step_inputs(1, 5, 4, 3)
+    with pytest.raises(disc.ShapeError, match=r"input 'input_ids' dim 1 is 4 but must be 1"):
+        program(ids.numpy(), mask.numpy(), *[t.numpy() for t in kv])
