@@ -62,6 +62,18 @@ def _export(arch: Arch, path: Path) -> None:
     program.save(str(path), external_data=False)
 
 
+def _matches(got: list[np.ndarray], want: list[np.ndarray], where: object) -> None:
+    """Same outputs: shapes and dtypes equal, floats within RTOL of the largest, the rest exact."""
+    assert len(got) == len(want), where
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (where, g.shape, w.shape, g.dtype, w.dtype)
+        if w.dtype.kind == "f" and w.size:
+            err = float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30))
+            assert err <= RTOL, (where, err)
+        else:
+            assert np.array_equal(g, w), where
+
+
 def _feeds(arch: Arch, names: list[str], batch: int, length: int) -> dict[str, np.ndarray]:
     args, kwargs = arch.inputs(batch, length, 1)
     tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
@@ -91,15 +103,7 @@ def test_an_exported_model_compiles_once_and_matches_onnx_runtime(name, tmp_path
             want = sess.run(None, feeds)
         except Exception:  # the exported graph does not hold at this shape: disc may refuse it too
             continue
-        got = program(**feeds)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.shape == w.shape and g.dtype == w.dtype, (batch, length, g.shape, w.shape)
-            if w.dtype.kind == "f" and w.size:
-                err = float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30))
-                assert err <= RTOL, (batch, length, err)
-            else:
-                assert np.array_equal(g, w), (batch, length)
+        _matches(program(**feeds), want, (batch, length))
         compared += 1
     assert compared >= 1
     assert getattr(program, "compilations", 1) == 1
@@ -154,13 +158,6 @@ def _export_step(step: _DecodeStep, example: tuple, path: Path) -> None:
     program.save(str(path), external_data=False)
 
 
-def _close(got: list[np.ndarray], want: list[np.ndarray], where: object) -> None:
-    assert len(got) == len(want), where
-    for g, w in zip(got, want):
-        assert g.shape == w.shape, (where, g.shape, w.shape)
-        assert float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30)) <= RTOL, where
-
-
 def test_gpt2_with_kv_cache_inputs_compiles_once_and_decodes_as_onnx_runtime_does(tmp_path):
     """Batch, past length and new tokens all dynamic (traced at 2 tokens: a 1-token trace pins the
     count to 1). One compilation serves single steps from a 1-long past and a 1-token batch, a
@@ -176,9 +173,9 @@ def test_gpt2_with_kv_cache_inputs_compiles_once_and_decodes_as_onnx_runtime_doe
     def run(ids, mask, kv, where):
         feeds = dict(zip(names, [ids.numpy(), mask.numpy(), *[t.numpy() for t in kv]]))
         got = program(**feeds)
-        _close(got, sess.run(None, feeds), where)
+        _matches(got, sess.run(None, feeds), where)
         with torch.no_grad():
-            _close(got, [t.numpy() for t in step(ids, mask, kv)], where)
+            _matches(got, [t.numpy() for t in step(ids, mask, kv)], where)
         return got
 
     for batch, past, new in [(1, 1, 1), (1, 2, 1), (2, 7, 1), (3, 12, 1), (1, 5, 4), (2, 1, 3)]:

@@ -417,9 +417,10 @@ class Ral:
         return fn(rows)
 
     def set_tiny_gemm(self, on: bool) -> bool:
-        """Turns on or off the RAL's own loop for batches of tiny GEMMs (each at most 2^17
-        multiply-adds, B's rows or A's and B's columns contiguous); returns the previous setting.
-        Off, the library runs them one by one. A RAL saved before it existed keeps the library."""
+        """Turns on or off the RAL's own loop for batches of tiny float32 GEMMs (each at most 2^18
+        multiply-adds, B at most 8192 floats once its rows are padded to whole vectors; any
+        strides); returns the previous setting. Off, the library runs them one by one. A RAL saved
+        before it existed keeps the library."""
         fn = getattr(self.lib, "disc_ral_cpu_set_tiny_gemm", None)
         if fn is None:
             return False
