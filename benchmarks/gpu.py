@@ -1,15 +1,28 @@
-"""The GPU measurements of the CUDA backend: a BERT-base serving stream, and fused-kernel bandwidth.
+"""The GPU measurements of the CUDA backend: BERT-base serving streams, a Llama-style decoder's
+prefill and decode, and fused-kernel bandwidth.
 
-Run as ``python -m benchmarks.gpu [--out DIR] [--rounds N] [--parts stream,bandwidth]`` on a
-machine with a CUDA GPU. Writes ``results.md`` and ``results.json`` in ``--out``.
+Run as ``python -m benchmarks.gpu [--out DIR] [--rounds N] [--parts stream,decode,bandwidth]`` on
+a machine with a CUDA GPU. Writes ``results.md`` and ``results.json`` in ``--out`` after each part.
+``--device cpu --tiny`` runs every part at tiny sizes on the CPU: a dry run of this code (the
+test suite does it), not a measurement.
 
-- ``stream``: BERT-base (12 layers, hidden 768, fp32) over 24 (batch, seq) pairs with batch
-  1-16 and sequence 16-512, in serving order. Systems, side by side: eager PyTorch; disc (one
-  ``disc.compile``, the Triton program with its per-shape CUDA graphs); inductor with
-  ``dynamic=True``. Per shape and round, each system runs ``CALLS`` back-to-back calls between
+- ``stream``: BERT-base over (batch, seq) pairs in serving order: ``--model bert`` is disc's own
+  (fp32 history, 24 shapes with batch 1-16 and sequence 16-512), ``--model hf-bert`` Hugging
+  Face's ``BertModel`` with a padding mask over 26 shapes with batch 1-16 and sequence 1-512
+  (size-1 shapes first). Systems, side by side: eager PyTorch; disc (one ``disc.compile``, the
+  Triton program with its per-shape CUDA graphs); the plug-in (``torch.compile(backend="disc",
+  dynamic=True)``); inductor with ``dynamic=True``, and with ``mode="reduce-overhead"`` (its CUDA
+  graphs). Per shape and round, each system runs ``CALLS`` back-to-back calls between
   two synchronisations (what a serving loop sees: host overhead and GPU work, whichever is
   longer); the table gives medians over rounds, speedups over eager per shape, their geometric
   mean, compile times, compilations and disc's kernels per layer.
+- ``decode``: Hugging Face's Llama (4 layers at a 1B model's width, grouped-query attention,
+  rotary positions; ``benchmarks/hf_workloads.py``) as one step on tensors, the KV cache an
+  input and an output. Prefill at several prompt lengths (batch 1, empty cache); then greedy-style
+  generations (fixed next tokens, so every system computes the same) of ``steps`` tokens from a
+  prompt at batch 1 and 8, the cache growing each step. Per generation: the first round (every
+  shape new: compilation caches, CUDA graphs recorded), then the median ms per token once each
+  step's shape has been seen twice.
 - ``profile``: GPU time per call by kind (cuBLAS GEMMs, disc's kernels, the rest) for disc
   and eager at three shapes, from ``torch.profiler``.
 - ``bandwidth``: copy, disc and eager on the memory-bound kernels a transformer spends its
@@ -30,6 +43,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,6 +53,7 @@ from disc.models import MODELS
 from disc.models.bert import BertConfig, bert
 
 CALLS = 10  # back-to-back calls per timing
+DEVICE = "cuda"  # --device: "cpu" dry-runs this code at tiny sizes
 
 # 24 (batch, seq) pairs, batch 1-16 and sequence 16-512, in no particular order (a serving stream).
 STREAM = [
@@ -46,14 +61,30 @@ STREAM = [
     (16, 128), (2, 200), (5, 48), (1, 512), (7, 24), (4, 160), (12, 64), (8, 256),
     (3, 300), (1, 64), (16, 512), (6, 192), (2, 77), (4, 384), (1, 17), (10, 40),
 ]  # fmt: skip
+# Hugging Face BERT's stream: one-token and one-row requests first, then the same pairs.
+HF_STREAM = [(1, 1), (16, 1), *STREAM]
+TINY_STREAM = [(1, 1), (3, 5), (2, 17)]
+
+# Decode: prompt lengths of the prefill (batch 1), and (batch, prompt, steps) generations.
+PREFILL = [1, 16, 128, 512, 1024]
+GENERATIONS = [(1, 128, 64), (8, 128, 64)]
+# Quick: no 1-token prompt (decode covers 1-token steps), since each size-1 specialisation costs
+# inductor a recompilation of half a minute or more on the lent machine's clock.
+QUICK_PREFILL, QUICK_GENERATIONS = [128, 512], [(1, 128, 32), (8, 128, 32)]
+TINY_PREFILL, TINY_GENERATIONS = [1, 6], [(1, 1, 3), (2, 4, 3)]
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def _per_call_ms(fn: Callable[[], object], calls: int = CALLS) -> float:
-    torch.cuda.synchronize()
+    _sync()
     start = time.perf_counter()
     for _ in range(calls):
         fn()
-    torch.cuda.synchronize()
+    _sync()
     return (time.perf_counter() - start) / calls * 1e3
 
 
@@ -63,16 +94,67 @@ def _rel_err(got, want) -> float:
     return ((g - w).norm() / w.norm()).item()
 
 
-def _layer_kernels(layers: int) -> tuple[int, int]:
-    """disc's memory-bound kernels and library calls per call of a BERT with ``layers`` layers (batch 2, seq 64)."""
-    entry = MODELS["bert"]
-    model = bert(BertConfig(num_layers=layers, hidden_size=768, num_heads=12, intermediate_size=3072), 0).cuda()
-    args = tuple(t.cuda() for t in entry.example_inputs(batch=2, seq=64))
-    k = disc.compile(model, args, dynamic=entry.dynamic).profile(*args).kernels
-    return k["memory_bound"], k["library"]
-
-
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+class _Workload:
+    """A stream's model: how to build it at a layer count and make its inputs at (batch, seq)."""
+
+    def __init__(self, name: str, dtype: str, tiny: bool) -> None:
+        self.name, self.dtype, self.tiny = name, DTYPES[dtype], tiny
+        if name == "bert":
+            self.entry = MODELS["bert"]
+            self.dynamic = self.entry.dynamic
+        else:
+            from benchmarks.hf_workloads import bert_inputs
+
+            self.hf_inputs = bert_inputs
+            self.dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+
+    def model(self, layers: int | None = None) -> torch.nn.Module:
+        if self.name == "bert":
+            if layers is None:
+                model = self.entry.variants["tiny" if self.tiny else "base"]()
+            else:
+                size = dict(hidden_size=64, num_heads=4, intermediate_size=128) if self.tiny else dict(hidden_size=768, num_heads=12, intermediate_size=3072)
+                model = bert(BertConfig(num_layers=layers, **size), 0)
+        else:
+            from benchmarks.hf_workloads import hf_bert
+
+            model = hf_bert(self.tiny)
+            if layers is not None:
+                model.model.encoder.layer = model.model.encoder.layer[:layers]
+        return model.to(DEVICE).eval().to(self.dtype)
+
+    def inputs(self, b: int, s: int, seed: int | None = None) -> tuple:
+        seed = b * 1000 + s if seed is None else seed
+        if self.name == "bert":
+            args = self.entry.example_inputs(batch=b, seq=s, seed=seed)
+        else:
+            args = self.hf_inputs(b, s, seed, vocab=100 if self.tiny else 30522)
+        return tuple(t.to(DEVICE).to(self.dtype) if t.is_floating_point() else t.to(DEVICE) for t in args)
+
+
+def _layer_kernels(workload: _Workload) -> tuple[int, int, int]:
+    """disc's memory-bound kernels and library calls per layer, and kernels outside the layers
+    (the difference between one and two layers, at batch 2, seq 64)."""
+    counts = []
+    for layers in (1, 2):
+        args = workload.inputs(2, 64)
+        k = disc.compile(workload.model(layers), args, dynamic=workload.dynamic).profile(*args).kernels
+        counts.append((k["memory_bound"], k["library"]))
+    (m1, l1), (m2, l2) = counts
+    return m2 - m1, l2 - l1, m1 - (m2 - m1)
+
+
+def _counting(backend: Callable) -> tuple[Callable, Callable[[], int]]:
+    count = {"n": 0}
+
+    def counted(gm, example_inputs):
+        count["n"] += 1
+        return backend(gm, example_inputs)
+
+    return counted, lambda: count["n"]
 
 
 def _inductor(model: torch.nn.Module, mode: str | None) -> tuple[Callable, Callable[[], int]]:
@@ -80,56 +162,78 @@ def _inductor(model: torch.nn.Module, mode: str | None) -> tuple[Callable, Calla
     on a private copy of the forward code, counting inductor's compilations."""
     from benchmarks.systems.inductor import _private_forward
 
-    count = {"n": 0}
-
     def backend(gm, example_inputs):
         from torch._inductor.compile_fx import compile_fx
 
-        count["n"] += 1
         return compile_fx(gm, example_inputs, config_patches={"triton.cudagraphs": True} if mode == "reduce-overhead" else None)
 
-    return torch.compile(_private_forward(model), backend=backend, dynamic=True), lambda: count["n"]
+    counted, count = _counting(backend)
+    return torch.compile(_private_forward(model), backend=counted, dynamic=True), count
 
 
-def run_stream(rounds: int, systems: list[str], dtype: str = "f32", shapes: int = len(STREAM)) -> dict:
-    entry = MODELS["bert"]
-    model = entry.variants["base"]().cuda().eval().to(DTYPES[dtype])
+def _plugin(model: torch.nn.Module) -> tuple[Callable, Callable[[], int]]:
+    """``torch.compile(backend="disc", dynamic=True)`` on a private copy of the forward code, counting its graphs."""
+    from benchmarks.systems.inductor import _private_forward
+    from disc.frontends.torch.dynamo import disc_backend
 
-    def inputs(b: int, s: int) -> tuple:
-        args = entry.example_inputs(batch=b, seq=s, seed=b * 1000 + s)
-        return tuple(t.cuda().to(DTYPES[dtype]) if t.is_floating_point() else t.cuda() for t in args)
+    counted, count = _counting(disc_backend)
+    return torch.compile(_private_forward(model), backend=counted, dynamic=True), count
 
+
+def _compiled_systems(model: torch.nn.Module, example: tuple, dynamic: dict, systems: list[str]) -> tuple[dict, dict, dict, Any]:
+    """Every asked-for system compiled (or, for the torch.compile ones, called once) at ``example``:
+    runners, compile seconds, compilation counters, and disc's compiled module (or None)."""
     runners: dict[str, Callable] = {"eager": model}
     compile_s: dict[str, float] = {}
     compilations: dict[str, Callable[[], int]] = {}
-    example = inputs(2, 64)
+    cm = None
+    if "disc" in systems:
+        start = time.perf_counter()
+        cm = disc.compile(model, example, dynamic=dynamic)
+        compile_s["disc"] = time.perf_counter() - start
+        runners["disc"] = cm
+        compilations["disc"] = lambda: cm.num_compilations
+    made = {"disc-plugin": lambda: _plugin(model), "inductor": lambda: _inductor(model, None), "inductor-ro": lambda: _inductor(model, "reduce-overhead")}
+    for name, make in made.items():
+        if name not in systems:
+            continue
+        fn, count = make()
+        start = time.perf_counter()
+        fn(*example)
+        _sync()
+        compile_s[f"{name} (first call)"] = time.perf_counter() - start
+        runners[name], compilations[name] = fn, count
+    return runners, compile_s, compilations, cm
+
+
+def _geomeans(rows: list[dict], runners: dict, key: str = "ms") -> dict[str, float]:
+    geo = {}
+    for name in runners:
+        if name != "eager":
+            geo[f"{name} vs eager"] = math.exp(statistics.mean(math.log(r[key]["eager"] / r[key][name]) for r in rows))
+    for peer in ("inductor", "inductor-ro"):
+        for ours in ("disc", "disc-plugin"):
+            if ours in runners and peer in runners:
+                geo[f"{ours} vs {peer}"] = math.exp(statistics.mean(math.log(r[key][peer] / r[key][ours]) for r in rows))
+    return geo
+
+
+def run_stream(rounds: int, systems: list[str], dtype: str = "f32", shapes: int | None = None, model_name: str = "bert", tiny: bool = False) -> dict:
+    workload = _Workload(model_name, dtype, tiny)
+    stream = TINY_STREAM if tiny else (STREAM if model_name == "bert" else HF_STREAM)
+    model = workload.model()
     with torch.no_grad():
-        if "disc" in systems:
-            start = time.perf_counter()
-            cm = disc.compile(model, example, dynamic=entry.dynamic)
-            compile_s["disc"] = time.perf_counter() - start
-            runners["disc"] = cm
-            compilations["disc"] = lambda: cm.num_compilations
-            triton_build = cm.report.backend.triton if cm.report.backend else None
-        for name, mode in (("inductor", None), ("inductor-ro", "reduce-overhead")):
-            if name not in systems:
-                continue
-            ind, count = _inductor(model, mode)
-            start = time.perf_counter()
-            ind(*example)
-            torch.cuda.synchronize()
-            compile_s[f"{name} (first call)"] = time.perf_counter() - start
-            runners[name], compilations[name] = ind, count
+        runners, compile_s, compilations, cm = _compiled_systems(model, workload.inputs(2, 64), workload.dynamic, systems)
         rows = []
-        for b, s in STREAM[:shapes]:
-            args = inputs(b, s)
+        for b, s in stream[:shapes]:
+            args = workload.inputs(b, s)
             want = model(*args)
             row: dict = {"batch": b, "seq": s, "first_ms": {}, "err": {}, "ms": {}}
             for name, fn in runners.items():
-                torch.cuda.synchronize()
+                _sync()
                 start = time.perf_counter()
                 got = fn(*args)
-                torch.cuda.synchronize()
+                _sync()
                 row["first_ms"][name] = (time.perf_counter() - start) * 1e3
                 row["err"][name] = _rel_err(got, want)
                 fn(*args)  # the second call at a shape is where disc records its CUDA graph
@@ -142,26 +246,104 @@ def run_stream(rounds: int, systems: list[str], dtype: str = "f32", shapes: int 
             row["spread"] = {n: (max(t) - min(t)) / 2 / statistics.median(t) for n, t in times.items()}
             rows.append(row)
             print(f"{b:3d} x {s:<4d} " + "  ".join(f"{n} {row['ms'][n]:8.3f} ms" for n in runners), flush=True)
-    geo = {}
-    for name in runners:
-        if name != "eager":
-            geo[f"{name} vs eager"] = math.exp(statistics.mean(math.log(r["ms"]["eager"] / r["ms"][name]) for r in rows))
-    for peer in ("inductor", "inductor-ro"):
-        if "disc" in runners and peer in runners:
-            geo[f"disc vs {peer}"] = math.exp(statistics.mean(math.log(r["ms"][peer] / r["ms"]["disc"]) for r in rows))
-    out = {"dtype": dtype, "rows": rows, "geomean": geo, "compile_s": compile_s, "compilations": {n: f() for n, f in compilations.items()}}
-    if "disc" in runners:
-        one, two = _layer_kernels(1), _layer_kernels(2)
+    out = {"model": model_name, "dtype": dtype, "rows": rows, "geomean": _geomeans(rows, runners), "compile_s": compile_s, "compilations": {n: f() for n, f in compilations.items()}}
+    if cm is not None:
+        per_layer, library, outside = _layer_kernels(workload)
+        triton_build = cm.report.backend.triton if cm.report.backend else None
         out["disc"] = {
-            "kernels_per_layer": two[0] - one[0],
-            "library_calls_per_layer": two[1] - one[1],
-            "kernels_outside_layers": one[0] - (two[0] - one[0]),
+            "kernels_per_layer": per_layer,
+            "library_calls_per_layer": library,
+            "kernels_outside_layers": outside,
             "graphs_captured": cm.executor.graphs.captures if getattr(cm.executor, "graphs", None) else 0,
-            "jit_launches": sum(cm.executor.runtime.jit_launches.values()),
+            "jit_launches": sum(cm.executor.runtime.jit_launches.values()) if hasattr(cm.executor, "runtime") else 0,
             "precompile_s": triton_build.compile_seconds if triton_build else 0.0,
             "precompiled_forms": len({id(f) for f in triton_build.compiled.values()}) if triton_build else 0,
         }
     return out
+
+
+def run_decode(rounds: int, systems: list[str], dtype: str = "bf16", quick: bool = False, tiny: bool = False) -> dict:
+    """The Llama-style decoder's prefill and decode, every system on the same ``DecodeStep``."""
+    from benchmarks.hf_workloads import DECODE_DYNAMIC, DecodeStep, empty_past, llama
+
+    torch_dtype = DTYPES[dtype]
+    step = DecodeStep(llama(tiny)).to(DEVICE).to(torch_dtype)
+    config = step.model.config
+    prefill = TINY_PREFILL if tiny else QUICK_PREFILL if quick else PREFILL
+    generations = TINY_GENERATIONS if tiny else QUICK_GENERATIONS if quick else GENERATIONS
+    g = torch.Generator().manual_seed(0)
+
+    def ids(batch: int, length: int) -> torch.Tensor:
+        return torch.randint(0, config.vocab_size, (batch, length), generator=g).to(DEVICE)
+
+    def ones(batch: int, length: int) -> torch.Tensor:
+        return torch.ones(batch, length, dtype=torch.int64, device=DEVICE)
+
+    def past(batch: int) -> list[torch.Tensor]:
+        return empty_past(step.model, batch, torch_dtype, DEVICE)
+
+    with torch.no_grad():
+        # The example grows a short cache by a few tokens: no dim is 0 or 1, so nothing is specialised.
+        _, *cached = step(ids(2, 5), ones(2, 5), *past(2))
+        example = (ids(2, 3), ones(2, 8), *cached)
+        runners, compile_s, compilations, _ = _compiled_systems(step, example, DECODE_DYNAMIC, systems)
+        prefill_rows = []
+        for length in prefill:
+            args = (ids(1, length), ones(1, length), *past(1))
+            want = step(*args)
+            row: dict = {"batch": 1, "prompt": length, "first_ms": {}, "err": {}}
+            for name, fn in runners.items():
+                _sync()
+                start = time.perf_counter()
+                got = fn(*args)
+                _sync()
+                row["first_ms"][name] = (time.perf_counter() - start) * 1e3
+                row["err"][name] = _rel_err(got, want)
+                fn(*args)
+            times: dict[str, list[float]] = {n: [] for n in runners}
+            for r in range(rounds):
+                for name in list(runners) if r % 2 == 0 else list(reversed(runners)):
+                    times[name].append(_per_call_ms(lambda fn=runners[name]: fn(*args)))
+            row["ms"] = {n: statistics.median(t) for n, t in times.items()}
+            prefill_rows.append(row)
+            print(f"prefill 1 x {length:<5d} " + "  ".join(f"{n} {row['ms'][n]:8.3f} ms" for n in runners), flush=True)
+        decode_rows = []
+        for batch, prompt, steps in generations:
+            _, *start_past = step(ids(batch, prompt), ones(batch, prompt), *past(batch))
+            tokens = [ids(batch, 1) for _ in range(steps)]
+
+            def generate(fn: Callable, tokens: list[torch.Tensor] = tokens, start_past: list = start_past, batch: int = batch, prompt: int = prompt) -> torch.Tensor:
+                cache = start_past
+                for i, token in enumerate(tokens):
+                    logits, *cache = fn(token, ones(batch, prompt + i + 1), *cache)
+                return logits
+
+            want = generate(step)
+            row = {"batch": batch, "prompt": prompt, "steps": steps, "first_ms": {}, "err": {}}
+            for name, fn in runners.items():
+                _sync()
+                start = time.perf_counter()
+                got = generate(fn)
+                _sync()
+                row["first_ms"][name] = (time.perf_counter() - start) * 1e3 / steps
+                row["err"][name] = _rel_err(got, want)
+                generate(fn)  # each step's shape seen twice: CUDA graphs recorded
+            times = {n: [] for n in runners}
+            for r in range(rounds):
+                for name in list(runners) if r % 2 == 0 else list(reversed(runners)):
+                    times[name].append(_per_call_ms(lambda fn=runners[name]: generate(fn), calls=1) / steps)
+            row["ms"] = {n: statistics.median(t) for n, t in times.items()}
+            decode_rows.append(row)
+            print(f"decode {batch} x {prompt}+{steps} " + "  ".join(f"{n} {row['ms'][n]:8.3f} ms/token" for n in runners), flush=True)
+    return {
+        "dtype": dtype,
+        "config": {k: getattr(config, k) for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")},
+        "prefill": prefill_rows,
+        "decode": decode_rows,
+        "geomean": {"prefill": _geomeans(prefill_rows, runners), "decode": _geomeans(decode_rows, runners)},
+        "compile_s": compile_s,
+        "compilations": {n: f() for n, f in compilations.items()},
+    }
 
 
 def _kernel_kind(name: str) -> str:
@@ -243,35 +425,41 @@ def _event_ms(fn: Callable[[], object], calls: int = CALLS) -> float:
     return start.elapsed_time(end) / calls
 
 
-def run_bandwidth(rounds: int, sizes_mb: list[int]) -> list[dict]:
+def run_bandwidth(rounds: int, sizes_mb: list[float], dtype: str = "f32") -> list[dict]:
+    """Each memory-bound case with tensors of ``mb`` MiB in ``dtype``."""
+    torch_dtype = DTYPES[dtype]
+    scale = torch_dtype.itemsize / 4  # _cases sizes its tensors and bytes moved in float32
+    timer = _event_ms if DEVICE == "cuda" else _per_call_ms
     rows = []
     with torch.no_grad():
         for mb in sizes_mb:
-            nbytes = mb * 2**20
-            src, dst = torch.randn(nbytes // 4, device="cuda"), torch.empty(nbytes // 4, device="cuda")
-            for name, model, args, dynamic, moved in _cases(nbytes):
-                model = model.cuda()
-                args = tuple(a.cuda() for a in args)
+            nbytes = int(mb * 2**20)
+            src = torch.randn(nbytes // torch_dtype.itemsize, device=DEVICE, dtype=torch_dtype)
+            dst = torch.empty_like(src)
+            for name, model, args, dynamic, moved in _cases(int(nbytes / scale)):
+                model = model.to(DEVICE).to(torch_dtype)
+                args = tuple(a.to(DEVICE).to(torch_dtype) for a in args)
                 cm = disc.compile(model, args, dynamic=dynamic)
                 ex = cm.executor
                 # The plain program (no CUDA graph: a graph replay first copies the inputs into its own buffers).
-                fns = {"copy": lambda: dst.copy_(src), "disc": lambda: ex.run(list(args), runtime=ex.runtime), "eager": lambda: model(*args)}
+                run_disc = (lambda: ex.run(list(args), runtime=ex.runtime)) if hasattr(ex, "runtime") else (lambda: cm(*args))
+                fns = {"copy": lambda: dst.copy_(src), "disc": run_disc, "eager": lambda: model(*args)}
                 err = _rel_err(fns["disc"](), model(*args))
                 t: dict[str, list[float]] = {k: [] for k in fns}
                 for f in fns.values():
                     f()
                 for _ in range(rounds):
                     for k, f in fns.items():
-                        t[k].append(_event_ms(f))
+                        t[k].append(timer(f))
                 med = {k: statistics.median(v) for k, v in t.items()}
                 copy_gbs = 2 * nbytes / med["copy"] / 1e6
-                row = {"size_mb": mb, "kernel": name, "bytes_moved": moved, "copy_gbs": copy_gbs, "err": err}
+                row = {"size_mb": mb, "dtype": dtype, "kernel": name, "bytes_moved": int(moved * scale), "copy_gbs": copy_gbs, "err": err}
                 for k in ("disc", "eager"):
                     row[f"{k}_ms"] = med[k]
-                    row[f"{k}_gbs"] = moved / med[k] / 1e6
+                    row[f"{k}_gbs"] = row["bytes_moved"] / med[k] / 1e6
                     row[f"{k}_vs_copy"] = row[f"{k}_gbs"] / copy_gbs
                 rows.append(row)
-                print(f"{mb} MB {name:16s} copy {copy_gbs:7.0f} GB/s  disc {row['disc_gbs']:7.0f} ({row['disc_vs_copy']:.0%})  eager {row['eager_gbs']:7.0f} ({row['eager_vs_copy']:.0%})", flush=True)
+                print(f"{mb} MB {dtype} {name:16s} copy {copy_gbs:7.0f} GB/s  disc {row['disc_gbs']:7.0f} ({row['disc_vs_copy']:.0%})  eager {row['eager_gbs']:7.0f} ({row['eager_vs_copy']:.0%})", flush=True)
     return rows
 
 
@@ -280,7 +468,8 @@ def markdown(report: dict) -> str:
     st = report.get("stream")
     if st:
         names = list(st["rows"][0]["ms"])
-        lines += [f"BERT-base (disc's own), {st.get('dtype', 'f32')}, {len(st['rows'])} shapes", ""]
+        title = "Hugging Face BertModel, BERT-base config" if st.get("model") == "hf-bert" else "BERT-base (disc's own)"
+        lines += [f"{title}, {st.get('dtype', 'f32')}, {len(st['rows'])} shapes", ""]
         lines += ["| batch x seq | " + " | ".join(f"{n} (ms)" for n in names) + " | " + " | ".join(f"{n} vs eager" for n in names if n != "eager") + " |"]
         lines += ["|---|" + "---:|" * (2 * len(names) - 1)]
         for r in st["rows"]:
@@ -313,54 +502,112 @@ def markdown(report: dict) -> str:
         for system in systems:
             lines += [f"- {system}: " + "; ".join(f"`{n}` {ms:.3f} ({c})" for ms, c, n in last[system]["top"])]
         lines.append("")
+    dec = report.get("decode")
+    if dec:
+        lines += _decode_markdown(dec)
     bw = report.get("bandwidth")
     if bw:
-        lines += ["| size | kernel | copy GB/s | disc GB/s | disc vs copy | eager GB/s | eager vs copy |", "|---:|---|---:|---:|---:|---:|---:|"]
+        lines += ["| size | dtype | kernel | copy GB/s | disc GB/s | disc vs copy | eager GB/s | eager vs copy |", "|---:|---|---|---:|---:|---:|---:|---:|"]
         for r in bw:
             lines.append(
-                f"| {r['size_mb']} MB | {r['kernel']} | {r['copy_gbs']:.0f} | {r['disc_gbs']:.0f} | {r['disc_vs_copy']:.0%} | {r['eager_gbs']:.0f} | {r['eager_vs_copy']:.0%} |"
+                f"| {r['size_mb']} MB | {r.get('dtype', 'f32')} | {r['kernel']} | {r['copy_gbs']:.0f} | {r['disc_gbs']:.0f} | {r['disc_vs_copy']:.0%} | {r['eager_gbs']:.0f} | {r['eager_vs_copy']:.0%} |"
             )
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=os.path.join(os.environ["OUT"], "gpu") if os.environ.get("OUT") else "benchmarks/results/gpu")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--parts", default="stream,bandwidth,profile")
-    p.add_argument("--systems", default="eager,disc,inductor")
-    p.add_argument("--mb", default="256", help="tensor sizes of the bandwidth part, MiB, comma-separated")
-    p.add_argument("--dtype", default="f32", choices=sorted(DTYPES), help="the stream's model and float inputs")
-    p.add_argument("--shapes", type=int, default=len(STREAM), help="the first N shapes of the stream")
-    p.add_argument("--quick", action="store_true", help="the stream only, bf16, 12 shapes, 3 rounds, eager/disc/inductor-ro: a few minutes on a fresh GPU")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.parts, args.dtype, args.shapes, args.rounds, args.systems = "stream", "bf16", 12, 3, "eager,disc,inductor-ro"
-    if not torch.cuda.is_available():
-        print("benchmarks.gpu needs a CUDA GPU (torch.cuda.is_available() is False)")
-        return 2
-    import triton
+def _decode_markdown(dec: dict) -> list[str]:
+    c = dec["config"]
+    names = list(dec["prefill"][0]["ms"]) if dec["prefill"] else list(dec["decode"][0]["ms"])
+    lines = [
+        f"Llama-style decoder (Hugging Face LlamaForCausalLM: {c['num_hidden_layers']} layers, hidden {c['hidden_size']}, MLP "
+        f"{c['intermediate_size']}, {c['num_attention_heads']} query / {c['num_key_value_heads']} key-value heads, vocabulary "
+        f"{c['vocab_size']}), {dec['dtype']}",
+        "",
+        "| prefill, batch x prompt | " + " | ".join(f"{n} (ms)" for n in names) + " | " + " | ".join(f"{n} vs eager" for n in names if n != "eager") + " |",
+        "|---|" + "---:|" * (2 * len(names) - 1),
+    ]
+    for r in dec["prefill"]:
+        cells = [f"{r['ms'][n]:.3f}" for n in names] + [f"{r['ms']['eager'] / r['ms'][n]:.2f}x" for n in names if n != "eager"]
+        lines.append(f"| {r['batch']} x {r['prompt']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| decode, batch x prompt + steps | " + " | ".join(f"{n} (ms/token)" for n in names) + " | " + " | ".join(f"{n} first round (ms/token)" for n in names) + " |",
+        "|---|" + "---:|" * (2 * len(names)),
+    ]
+    for r in dec["decode"]:
+        cells = [f"{r['ms'][n]:.3f}" for n in names] + [f"{r['first_ms'][n]:.1f}" for n in names]
+        lines.append(f"| {r['batch']} x {r['prompt']} + {r['steps']} | " + " | ".join(cells) + " |")
+    for part in ("prefill", "decode"):
+        if dec["geomean"][part]:
+            lines += ["", f"Geometric means, {part}: " + ", ".join(f"{k} **{v:.2f}x**" for k, v in dec["geomean"][part].items())]
+    lines += ["Compile: " + ", ".join(f"{k} {v:.1f} s" for k, v in dec["compile_s"].items()) + "; compilations over prefill and decode: " + ", ".join(f"{k} {v}" for k, v in dec["compilations"].items())]
+    rows = dec["prefill"] + dec["decode"]
+    worst = max(max(v for n, v in r["err"].items() if n != "eager") for r in rows) if len(names) > 1 else 0.0
+    return lines + [f"Largest relative error of the logits against eager: {worst:.1e}", ""]
 
-    parts = args.parts.split(",")
-    report: dict = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-    }
-    if "bandwidth" in parts:
-        report["bandwidth"] = run_bandwidth(args.rounds, [int(x) for x in args.mb.split(",")])
-    if "stream" in parts:
-        report["stream"] = run_stream(args.rounds, args.systems.split(","), args.dtype, args.shapes)
-    if "profile" in parts:
-        report["profile_dtype"] = args.dtype
-        report["profile"] = run_profile([(1, 16), (4, 64), (16, 128)], args.dtype, ("disc", "eager", "inductor"))
-    out = Path(args.out)
+
+def _write(report: dict, out: Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1))
     text = markdown(report)
     (out / "results.md").write_text(text)
-    print(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    global DEVICE
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=os.path.join(os.environ["OUT"], "gpu") if os.environ.get("OUT") else "benchmarks/results/gpu")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--parts", default="stream,decode,bandwidth,profile")
+    p.add_argument("--systems", default="eager,disc,inductor,inductor-ro", help="of eager, disc, disc-plugin, inductor, inductor-ro")
+    p.add_argument("--model", default="bert", choices=("bert", "hf-bert"), help="the stream's model: disc's own BERT-base or Hugging Face's")
+    p.add_argument("--mb", default="256", help="tensor sizes of the bandwidth part, MiB, comma-separated")
+    p.add_argument("--dtype", default="f32", choices=sorted(DTYPES), help="the models' weights and float inputs, and the bandwidth part's tensors")
+    p.add_argument("--shapes", type=int, default=None, help="the first N shapes of the stream")
+    p.add_argument("--quick", action="store_true", help="bf16, 3 rounds, eager/disc/inductor-ro: Hugging Face BERT's stream (8 shapes) and the quick decode, a few minutes on a fresh GPU")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run of this code (with --tiny), not a measurement")
+    p.add_argument("--tiny", action="store_true", help="tiny models and 3 shapes: checks the benchmark runs")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.parts, args.dtype, args.model, args.rounds, args.systems = "stream,decode", "bf16", "hf-bert", 3, "eager,disc,inductor-ro"
+        args.shapes = args.shapes or 8
+    DEVICE = args.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print("benchmarks.gpu needs a CUDA GPU (torch.cuda.is_available() is False); --device cpu --tiny dry-runs it")
+        return 2
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:  # the CPU dry run needs no Triton
+        triton_version = "none"
+    parts = args.parts.split(",")
+    systems = args.systems.split(",")
+    unknown = set(systems) - {"eager", "disc", "disc-plugin", "inductor", "inductor-ro"}
+    if unknown:
+        p.error(f"unknown system(s) {sorted(unknown)}")
+    report: dict = {
+        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else f"cpu (a dry run: {os.cpu_count()} cores)",
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+    }
+    out = Path(args.out)
+    # Each part's results are written as soon as it ends: a device run cut short keeps what it measured.
+    if "bandwidth" in parts:
+        report["bandwidth"] = run_bandwidth(args.rounds, [float(x) for x in args.mb.split(",")], args.dtype)
+        _write(report, out)
+    if "stream" in parts:
+        report["stream"] = run_stream(args.rounds, systems, args.dtype, args.shapes, args.model, args.tiny)
+        _write(report, out)
+    if "decode" in parts:
+        report["decode"] = run_decode(args.rounds, systems, args.dtype, args.quick, args.tiny)
+        _write(report, out)
+    if "profile" in parts and DEVICE == "cuda":
+        report["profile_dtype"] = args.dtype
+        report["profile"] = run_profile([(1, 16), (4, 64), (16, 128)], args.dtype, ("disc", "eager", "inductor"))
+    print(_write(report, out))
     return 0
 
 

@@ -41,7 +41,8 @@ def compile(
     """Compile ``model`` once for every shape.
 
     ``dynamic`` names the dynamic dims per input: ``{"ids": {0: "batch", 1: "seq"}}``;
-    inputs sharing a name share the dim. Other dims are static.
+    inputs sharing a name share the dim. Other dims are static. The inputs of a ``*past``
+    parameter are ``past_0``, ``past_1``, ...; ``{"past": {...}}`` names the dims of each.
     ``constraints`` adds user facts: ``{"seq": {"min": 1, "max": 512, "multiple_of": 8}}``
     or expressions such as ``["seq == 2*half"]`` (checked at every call).
     ``backend``: "auto" (default, or ``$DISC_BACKEND``): the native CPU program for CPU
@@ -58,7 +59,7 @@ def compile(
     compiles one graph per branch through ``torch.compile(backend="disc")`` (with a warning;
     ``disc.explain`` says why). Given ``constraints`` or a ``backend``, it raises instead.
     """
-    from disc.frontends.torch.export import capture
+    from disc.frontends.torch.export import capture, varargs_dynamic
     from disc.runtime import program_cache
 
     if not isinstance(model, torch.nn.Module):
@@ -68,6 +69,8 @@ def compile(
             f"disc.compile: dynamic must map input names to {{axis: dim name}}, e.g. {{'x': {{0: 'batch', 1: 'seq'}}}}; got {dynamic!r}. "
             "(dynamic=True is torch.compile's flag: torch.compile(model, backend='disc', dynamic=True) makes every dim dynamic.)"
         )
+    if dynamic is not None:
+        dynamic = varargs_dynamic(model, tuple(example_inputs), dynamic)
     start = time.perf_counter()
     ranges, facts = parse_user_constraints(constraints)
     _check_the_example_meets_them(model, tuple(example_inputs), dict(dynamic or {}), ranges, facts)

@@ -36,6 +36,46 @@ def test_a_named_dynamic_dim_runs_at_other_sizes():
         torch.testing.assert_close(cm(x), x * 2.0)
 
 
+class _Cache(torch.nn.Module):
+    """A step taking one tensor per layer through ``*past``, as a decoder's KV-cache step does."""
+
+    def forward(self, new: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.cat([p, new * (i + 1)], dim=1) for i, p in enumerate(past))
+
+
+def _cache_inputs(batch: int, cached: int, new: int) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(batch, new, 4), *[torch.randn(batch, cached, 4) for _ in range(3)])
+
+
+def test_a_star_parameter_takes_one_input_per_tensor_and_one_dynamic_entry_names_them_all():
+    cm = disc.compile(_Cache(), _cache_inputs(2, 3, 2), dynamic={"new": {0: "batch", 1: "new"}, "past": {0: "batch", 1: "cached"}})
+    assert cm.input_names == ["new", "past_0", "past_1", "past_2"]
+    for batch, cached, new in ((1, 0, 1), (1, 1, 1), (3, 7, 4)):
+        args = _cache_inputs(batch, cached, new)
+        for got, want in zip(cm(*args), _Cache()(*args)):
+            torch.testing.assert_close(got, want)
+    assert cm.num_compilations == 1
+    with pytest.raises(disc.ShapeError, match="input .past_1. dim 2 is 5 but must be 4"):
+        cm(torch.randn(1, 1, 4), torch.randn(1, 2, 4), torch.randn(1, 2, 5), torch.randn(1, 2, 4))
+
+
+def test_one_past_input_may_name_its_own_dims():
+    dynamic = {"new": {1: "new"}, "past": {1: "cached"}, "past_2": {1: "other"}}
+    cm = disc.compile(_Cache(), _cache_inputs(2, 3, 2), dynamic=dynamic)
+    args = (torch.randn(2, 1, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 9, 4))
+    for got, want in zip(cm(*args), _Cache()(*args)):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dim", ["new", "int", "linux", "errno", "N", "EOF", "fault"])
+def test_dim_names_that_are_words_of_cpp_compile(dim):
+    # Dim names become fields of the generated C++ program: "new" broke its build.
+    cm = disc.compile(Scale(), (torch.randn(2, 3),), dynamic={"x": {0: dim, 1: f"{dim}_cols"}}, backend="native")
+    for shape in ((1, 1), (5, 7)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(cm(x), x * 2.0)
+
+
 class _Pair(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * 2.0

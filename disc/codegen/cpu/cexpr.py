@@ -12,6 +12,25 @@ from disc.shape.expr import DimLike, FloorDiv, SymExpr, as_expr
 # Members of the generated Shapes struct that are not dims (program.py declares them).
 RESERVED_FIELDS = frozenset({"fault"})
 
+# Dim names are the user's (``dynamic={"ids": {1: "new"}}``); as field names these would not
+# compile: C++'s keywords and alternative tokens, and lowercase names GCC or libc define as macros.
+CPP_RESERVED = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t
+    class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+    decltype default delete do double dynamic_cast else enum explicit export extern false float for friend
+    goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private
+    protected public register reinterpret_cast requires return short signed sizeof static static_assert
+    static_cast struct switch template this thread_local throw true try typedef typeid typename union
+    unsigned using virtual void volatile wchar_t while xor xor_eq
+    unix linux i386 errno stdin stdout stderr""".split()
+)
+
+
+def _unsafe_field(ident: str) -> bool:
+    """A name that could not be a Shapes member as it is: not a letter first, a C++ word, or no
+    lowercase letter at all (``N``, ``EOF``: the spelling of macros)."""
+    return not ident[:1].isalpha() or ident in CPP_RESERVED or ident in RESERVED_FIELDS or ident == ident.upper()
+
 
 class SymbolNames:
     """C identifiers for the root symbols a program uses (``s.<name>``)."""
@@ -24,7 +43,7 @@ class SymbolNames:
         root = self.c.find(sym)
         if root not in self.fields:
             ident = re.sub(r"\W", "_", root)
-            if ident in self.fields.values() or not ident[:1].isalpha() or ident in RESERVED_FIELDS:
+            if ident in self.fields.values() or _unsafe_field(ident):
                 ident = f"d{len(self.fields)}_{ident}"
             self.fields[root] = ident
         return self.fields[root]

@@ -37,11 +37,31 @@ class Captured:
 
 
 def input_names_of(model: torch.nn.Module, args: Sequence[Any]) -> list[str]:
+    """The names of the example inputs: ``forward``'s parameters, and ``past_0``, ``past_1``, ...
+    for the inputs a ``*past`` parameter takes (a decoder's KV cache, one tensor per layer)."""
     params = list(inspect.signature(model.forward).parameters.values())
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    rest = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
     if len(args) > len(names):
-        raise CompileError(f"{type(model).__name__}.forward takes {len(names)} positional inputs, got {len(args)} example inputs")
+        if rest is None:
+            raise CompileError(f"{type(model).__name__}.forward takes {len(names)} positional inputs, got {len(args)} example inputs")
+        names += [f"{rest}_{i}" for i in range(len(args) - len(names))]
     return names[: len(args)]
+
+
+def varargs_dynamic(model: torch.nn.Module, args: Sequence[Any], dynamic: DynamicSpec) -> dict[str, Mapping[int, str]]:
+    """``dynamic`` with a ``*past`` parameter's entry given to each of its inputs (``past_0``, ...)
+    that has no entry of its own: ``{"past": {0: "batch", 2: "cached"}}`` names every cached tensor's dims."""
+    params = inspect.signature(model.forward).parameters.values()
+    rest = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+    out = dict(dynamic)
+    if rest is None or rest not in out:
+        return out
+    spec = out.pop(rest)
+    for name in input_names_of(model, args):
+        if name.startswith(f"{rest}_") and name[len(rest) + 1 :].isdigit():
+            out.setdefault(name, spec)
+    return out
 
 
 # Trace sizes tried in order. Large, distinct primes first: no intermediate
@@ -104,7 +124,7 @@ def capture(
     # Dim.DYNAMIC lets torch infer each dim's valid range (e.g. seq <= 512 from a
     # position table) and fails loudly if the model forces a dim to be static.
     ranges = ranges or {}
-    dynamic_shapes = {name: {axis: torch.export.Dim.DYNAMIC for axis in dynamic.get(name, {})} or None for name in names}
+    dynamic_shapes = _export_dynamic_shapes(model, names, dynamic)
     ep, hints, oblivious = _export(model, args, names, dynamic, dynamic_shapes, decompose=False)
     specs = [InputSpec(n, dict(dynamic.get(n, {}))) for n in names]
     name = type(model).__name__
@@ -126,6 +146,17 @@ def capture(
         if dim_name in c.facts:
             c.set_range(dim_name, lo, hi)
     return Captured(importer, names, ep.call_spec.out_spec, hints, why)
+
+
+def _export_dynamic_shapes(model: torch.nn.Module, names: Sequence[str], dynamic: DynamicSpec) -> tuple:
+    """torch.export's ``dynamic_shapes``, positional: one entry per parameter, and for a ``*past``
+    parameter one tuple of its inputs' entries (its inputs have no names in forward's signature)."""
+    specs = [{axis: torch.export.Dim.DYNAMIC for axis in dynamic.get(name, {})} or None for name in names]
+    params = inspect.signature(model.forward).parameters.values()
+    fixed = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    if any(p.kind == p.VAR_POSITIONAL for p in params) and len(names) >= fixed:
+        return (*specs[:fixed], tuple(specs[fixed:]))
+    return tuple(specs)
 
 
 def _import(ep: Any, specs: list[InputSpec], name: str) -> Importer:
