@@ -558,20 +558,29 @@ def main(argv: list[str] | None = None) -> int:
     global DEVICE
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=os.path.join(os.environ["OUT"], "gpu") if os.environ.get("OUT") else "benchmarks/results/gpu")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--parts", default="stream,decode,bandwidth,profile")
-    p.add_argument("--systems", default="eager,disc,inductor,inductor-ro", help="of eager, disc, disc-plugin, inductor, inductor-ro")
-    p.add_argument("--model", default="bert", choices=("bert", "hf-bert"), help="the stream's model: disc's own BERT-base or Hugging Face's")
+    p.add_argument("--rounds", type=int, help="timed rounds per shape (default 5)")
+    p.add_argument("--parts", help="of stream, decode, bandwidth, profile (default all)")
+    p.add_argument("--systems", help="of eager, disc, disc-plugin, inductor, inductor-ro (default all but the plug-in)")
+    p.add_argument("--model", choices=("bert", "hf-bert"), help="the stream's model: disc's own BERT-base (default) or Hugging Face's")
     p.add_argument("--mb", default="256", help="tensor sizes of the bandwidth part, MiB, comma-separated")
-    p.add_argument("--dtype", default="f32", choices=sorted(DTYPES), help="the models' weights and float inputs, and the bandwidth part's tensors")
+    p.add_argument("--dtype", choices=sorted(DTYPES), help="the models' weights and float inputs, and the bandwidth part's tensors (default f32)")
     p.add_argument("--shapes", type=int, default=None, help="the first N shapes of the stream")
-    p.add_argument("--quick", action="store_true", help="bf16, 3 rounds, eager/disc/inductor-ro: Hugging Face BERT's stream (8 shapes) and the quick decode, a few minutes on a fresh GPU")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer shapes (the stream's first 8, the decode's short list) and, unless given, bf16, 3 rounds, eager/disc/inductor-ro, "
+        "Hugging Face BERT's stream and the decode: a few minutes on a fresh GPU",
+    )
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run of this code (with --tiny), not a measurement")
     p.add_argument("--tiny", action="store_true", help="tiny models and 3 shapes: checks the benchmark runs")
     args = p.parse_args(argv)
+    defaults = dict(parts="stream,decode,bandwidth,profile", dtype="f32", model="bert", rounds=5, systems="eager,disc,inductor,inductor-ro")
     if args.quick:
-        args.parts, args.dtype, args.model, args.rounds, args.systems = "stream,decode", "bf16", "hf-bert", 3, "eager,disc,inductor-ro"
+        defaults.update(parts="stream,decode", dtype="bf16", model="hf-bert", rounds=3, systems="eager,disc,inductor-ro")
         args.shapes = args.shapes or 8
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     DEVICE = args.device
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("benchmarks.gpu needs a CUDA GPU (torch.cuda.is_available() is False); --device cpu --tiny dry-runs it")

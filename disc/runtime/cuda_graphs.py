@@ -7,7 +7,7 @@ one launch. It is captured at the *second* call with a shape, so a shape seen
 once costs nothing extra, and the first call has warmed cuBLAS and the
 allocator for it.
 
-The cache is bounded twice: at most ``DISC_CUDA_GRAPHS`` shapes (default 16;
+The cache is bounded twice: at most ``DISC_CUDA_GRAPHS`` shapes (default 256;
 0 turns capture off) and at most ``DISC_CUDA_GRAPH_MB`` MiB of device memory
 held by graphs (default 2048: each graph keeps its own inputs, outputs and
 workspace), the least recently used shapes going first. The program stays
@@ -54,8 +54,10 @@ def _read(setting: Callable[[], object]) -> object:
 
 
 def graph_limits() -> tuple[int, int]:
-    """(shapes, bytes) from the environment."""
-    shapes = int(os.environ.get("DISC_CUDA_GRAPHS", "16"))
+    """(shapes, bytes) from the environment. The memory budget is the real bound: a decoder's
+    generation is a new shape per token, and a shape limit under the tokens of one generation
+    evicts each step's graph before the next generation replays it, recording it again each time."""
+    shapes = int(os.environ.get("DISC_CUDA_GRAPHS", "256"))
     megabytes = float(os.environ.get("DISC_CUDA_GRAPH_MB", "2048"))
     return max(0, shapes), int(megabytes * 2**20)
 

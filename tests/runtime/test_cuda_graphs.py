@@ -97,6 +97,25 @@ def test_the_graph_cache_keeps_the_most_recent_shapes(monkeypatch):
     assert graphs.key(_inputs(1, 5, 0)) not in graphs._entries
 
 
+def test_a_generation_replays_every_token_after_one_recording_by_default(monkeypatch):
+    # A decoder's generation is a new shape per token; with 16 shapes remembered (the old
+    # default) each step's graph was evicted before the next generation came back to it, and
+    # every other generation recorded all of them again.
+    monkeypatch.delenv("DISC_CUDA_GRAPHS", raising=False)
+    m = Block().cuda().eval()
+    cm = disc.compile(m, _inputs(2, 8, 0), dynamic={"x": {0: "b", 1: "s"}, "mask": {0: "b", 1: "s"}})
+    graphs = cm.executor.graphs
+    with torch.no_grad():
+        for generation in range(4):
+            for s in range(1, 41):
+                args = _inputs(1, s, generation * 100 + s)
+                if generation == 3 and s % 10 == 0:
+                    torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
+                else:
+                    cm(*args)
+            assert graphs.captures == (0 if generation == 0 else 40), (generation, graphs.captures)
+
+
 def test_threads_share_one_program_and_its_graphs(monkeypatch):
     m, cm = _compiled(monkeypatch)
     cases = [_inputs(b, s, b + s) for b, s in SHAPES[:4]]
