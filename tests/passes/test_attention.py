@@ -140,3 +140,66 @@ def test_without_mask_or_scale_and_with_k_read_untransposed():
         exact = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=1.0)
         eager = ReferenceExecutor(g, {}, "cpu").run([q, k, v])[0]  # the chain rounds after every op
         assert (got.float() - exact).abs().max() <= max((eager.float() - exact).abs().max().item(), 1e-2)
+
+
+class _Sdpa(torch.nn.Module):
+    """PyTorch's attention as models call it; disc lowers it to GEMMs, a masked softmax that gives
+    0 where every key is masked, and (16-bit) widening converts."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        if self.kind == "causal":
+            return sdpa(q, k, v, is_causal=True)  # the mask input is not read
+        return sdpa(q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def _sdpa_inputs(kind: str, b: int, l: int, s: int, kv_heads: int, dtype: torch.dtype, device: str) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(b * 100 + l * 10 + s)
+    q = torch.randn(b, 4, l, 16, generator=g)
+    k, v = (torch.randn(b, kv_heads, s, 16, generator=g) for _ in range(2))
+    keep = torch.rand(b, 1, l, s, generator=g) > 0.3
+    keep[-1, 0, -1, :] = False  # a row with every key masked: PyTorch gives 0 there
+    mask = keep if kind in ("bool", "causal") else torch.where(keep, 0.0, float("-inf"))
+    return [t.to(device).to(dtype) if t.is_floating_point() else t.to(device) for t in (q, k, v, mask)]
+
+
+@pytest.mark.parametrize(
+    "kind, kv_heads, dtype",
+    [("bool", 4, torch.float32), ("float", 4, torch.float32), ("causal", 4, torch.float32), ("bool", 2, torch.float32), ("bool", 2, torch.bfloat16), ("float", 4, torch.float16)],
+    ids=["bool-mask", "float-mask", "causal", "gqa", "gqa-bf16", "float-mask-f16"],
+)
+def test_pytorch_attention_becomes_one_op_on_the_gpu_path(kind, kv_heads, dtype):
+    # PyTorch's attention, as disc lowers it, used to miss the pass (a boolean mask is a select,
+    # an all-masked row a select after the softmax, 16-bit operands widened to float32), so
+    # Hugging Face models on a GPU computed scores and softmax in separate kernels.
+    import disc
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = _Sdpa(kind)
+    dynamic = {"q": {0: "b", 2: "l"}, "k": {0: "b", 2: "s"}, "v": {0: "b", 2: "s"}, "mask": {0: "b", 2: "l", 3: "s"}}
+    if kind == "causal":
+        dynamic = {n: {a: "l" if d == "s" else d for a, d in spec.items()} for n, spec in dynamic.items()}
+    example = _sdpa_inputs(kind, 2, 3, 3 if kind == "causal" else 5, kv_heads, dtype, device)
+    cm = disc.compile(model, example, dynamic=dynamic, backend="triton")
+    graph = cm.executor.graph
+    assert graph.op_counts().get("attention") == 1, graph.op_counts()
+    assert "exp" not in graph.op_counts() and "reduce" not in graph.op_counts()
+    (att,) = [n for n in graph.nodes if n.op == "attention"]
+    assert att.dtype == {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]  # 16-bit operands read as they are
+    if kind in ("bool", "float"):  # the [b, 1, l, s] mask's bias is not written once per head
+        assert att.inputs[3].op == "broadcast_in_dim" and att.inputs[3].inputs[0].shape[1] == 1
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for b, l, s in ((1, 1, 1), (2, 3, 5), (3, 7, 9)):
+        if kind == "causal":
+            s = l
+        args = _sdpa_inputs(kind, b, l, s, kv_heads, dtype, device)
+        with torch.no_grad():
+            got, want = cm(*args), model(*args)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * float(want.float().abs().max().clamp_min(1)))
+        if kind != "causal":
+            assert torch.all(got[-1, :, -1] == 0), "a row with every key masked gives 0"

@@ -118,6 +118,10 @@ def test_the_gpu_program_of_a_decode_step_matches_eager(dtype):
         return tuple(t.to(device).to(dtype) if t.is_floating_point() else t.to(device) for t in _step_inputs(step.model, batch, cached, new, seed))
 
     cm = disc.compile(step, inputs(2, 3, 2, 0), dynamic=DECODE_DYNAMIC, backend="triton")
+    # Each layer's attention is one library call on the 16-bit cache as the step grew it.
+    attention = [n for n in cm.executor.graph.nodes if n.op == "attention"]
+    assert len(attention) == step.model.config.num_hidden_layers
+    assert all(n.dtype == ("f32" if dtype == torch.float32 else "bf16") for n in attention)
     rtol = RTOL if dtype == torch.float32 else BF16_RTOL
     for batch, cached, new in ((1, 0, 1), (1, 5, 1), (3, 7, 4)):
         args = inputs(batch, cached, new, seed=cached)

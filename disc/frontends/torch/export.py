@@ -219,6 +219,11 @@ def _kept_by_decomposition(target: Any, table: Any) -> bool:
     return not torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
 
 
+# In-place ops that change a tensor's autograd state, not its values (Hugging Face's rotary
+# embeddings call ``detach_``): an inference program imports them as the identity.
+_AUTOGRAD_ONLY_MUTATIONS = (torch.ops.aten.detach_.default,)
+
+
 def why_decompose(ep: Any) -> str | None:
     """Why disc cannot import this export as it is, without ``run_decompositions`` (None: it can).
 
@@ -243,7 +248,7 @@ def why_decompose(ep: Any) -> str | None:
         if n.op != "call_function" or n.target is operator.getitem or n.target in SYMINT_OPS:
             continue
         schema = getattr(n.target, "_schema", None)
-        if schema is not None and schema.is_mutable:
+        if schema is not None and schema.is_mutable and n.target not in _AUTOGRAD_ONLY_MUTATIONS:
             return f"{n.target} mutates its input"
         lowered = n.target in LOWERINGS or getattr(n.target, "overloadpacket", None) in LOWERINGS
         if not lowered and not _kept_by_decomposition(n.target, table):
@@ -317,6 +322,9 @@ def _decompositions(ep: Any) -> Any:
     """
     table = torch.export.default_decompositions()
     aten = torch.ops.aten
+    # disc lowers attention itself (lowering_attention.py), in a form the GPU backend fuses into one
+    # kernel call; torch's decomposition spells the scale and the empty-row rule another way.
+    table.pop(aten.scaled_dot_product_attention.default, None)
     for n in ep.graph.nodes:
         if n.op != "call_function" or n.target not in (aten.matmul.default, aten.linear.default):
             continue

@@ -185,7 +185,7 @@ def _sym_numel(ctx: Importer, fx_node, x: Node) -> Node:
 
 
 # -- no-ops and asserts ----------------------------------------------------------------
-@lower(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default, aten.contiguous.default)
+@lower(aten.clone.default, aten.alias.default, aten.detach.default, aten.detach_.default, aten.lift_fresh_copy.default, aten.contiguous.default)
 def _identity(ctx: Importer, fx_node, x: Node, *args, **kwargs) -> Node:
     return x
 

@@ -97,10 +97,12 @@ def _attention_rule(ctx: ShapeContext, types: Sequence[Type], attrs: Mapping[str
 
 @register("attention", "query key value *bias", attrs={"scale": 1.0}, dtype=_attention_dtype, shape=_attention_rule, category=LIBRARY)
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *bias: torch.Tensor, scale: float) -> torch.Tensor:
-    """softmax(query key^T * scale + bias) value over the last dim of the scores; 16-bit inputs are
+    """softmax(query key^T * scale + bias) value over the last dim of the scores; a row whose every
+    score is -inf (every key masked) gives 0, as PyTorch's attention does. 16-bit inputs are
     computed in float32 and rounded once, as the fused kernels do."""
     dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
     scores = torch.matmul(query.to(dtype), key.to(dtype).transpose(-1, -2)) * scale
     if bias:
         scores = scores + bias[0].to(dtype)
-    return torch.matmul(torch.softmax(scores, dim=-1), value.to(dtype)).to(query.dtype)
+    weights = torch.softmax(scores, dim=-1).masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), 0.0)
+    return torch.matmul(weights, value.to(dtype)).to(query.dtype)
