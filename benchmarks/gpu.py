@@ -3,8 +3,9 @@ prefill and decode, and fused-kernel bandwidth.
 
 Run as ``python -m benchmarks.gpu [--out DIR] [--rounds N] [--parts stream,decode,bandwidth]`` on
 a machine with a CUDA GPU. Writes ``results.md`` and ``results.json`` in ``--out`` after each part.
-``--device cpu --tiny`` runs every part at tiny sizes on the CPU: a dry run of this code (the
-test suite does it), not a measurement.
+``--device cpu`` runs the same parts on the CPU (the decode is a fair CPU measurement too; the
+``profile`` part needs CUDA); with ``--tiny``, at tiny sizes: a dry run of this code, which the
+test suite does.
 
 - ``stream``: BERT-base over (batch, seq) pairs in serving order: ``--model bert`` is disc's own
   (fp32 history, 24 shapes with batch 1-16 and sequence 16-512), ``--model hf-bert`` Hugging
@@ -464,7 +465,7 @@ def run_bandwidth(rounds: int, sizes_mb: list[float], dtype: str = "f32") -> lis
 
 
 def markdown(report: dict) -> str:
-    lines = [f"GPU: {report['device']}; torch {report['torch']}; triton {report['triton']}; {report['date']}", ""]
+    lines = [f"Device: {report['device']}; torch {report['torch']}; triton {report['triton']}; {report['date']}", ""]
     st = report.get("stream")
     if st:
         names = list(st["rows"][0]["ms"])
@@ -571,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         help="fewer shapes (the stream's first 8, the decode's short list) and, unless given, bf16, 3 rounds, eager/disc/inductor-ro, "
         "Hugging Face BERT's stream and the decode: a few minutes on a fresh GPU",
     )
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run of this code (with --tiny), not a measurement")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: the same parts on the CPU (with --tiny, a dry run)")
     p.add_argument("--tiny", action="store_true", help="tiny models and 3 shapes: checks the benchmark runs")
     args = p.parse_args(argv)
     defaults = dict(parts="stream,decode,bandwidth,profile", dtype="f32", model="bert", rounds=5, systems="eager,disc,inductor,inductor-ro")
@@ -596,8 +597,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(systems) - {"eager", "disc", "disc-plugin", "inductor", "inductor-ro"}
     if unknown:
         p.error(f"unknown system(s) {sorted(unknown)}")
+    if DEVICE == "cuda":
+        device = torch.cuda.get_device_name()
+    else:
+        from benchmarks.machine import cpu_name
+
+        device = f"CPU, {os.cpu_count()} cores: {cpu_name()}" + (" (a dry run at tiny sizes)" if args.tiny else "")
     report: dict = {
-        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else f"cpu (a dry run: {os.cpu_count()} cores)",
+        "device": device,
         "torch": torch.__version__,
         "triton": triton_version,
         "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
