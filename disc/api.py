@@ -205,6 +205,7 @@ def _check_the_example_meets_them(model: torch.nn.Module, args: tuple, dynamic: 
     """Refuse, before anything is traced, dims and constraints the example inputs contradict: the
     program would reject every input, its own example included."""
     from disc.frontends.torch.export import input_names_of
+    from disc.shape.expr import SYMBOL_NAME_RULE, is_symbol_name
 
     names = input_names_of(model, args)
     seen: dict[str, tuple[str, int, int]] = {}  # dim name -> (input, axis, example size) where first named
@@ -214,6 +215,8 @@ def _check_the_example_meets_them(model: torch.nn.Module, args: tuple, dynamic: 
         for axis, dim in dynamic.get(name, {}).items():
             if not isinstance(axis, int) or not -t.dim() <= axis < t.dim():
                 continue  # capture names the bad axis
+            if not is_symbol_name(dim):
+                raise CompileError(f"input {name!r} dim {axis % t.dim()} is named {dim!r}; a dim name is {SYMBOL_NAME_RULE} (the program's text names dims so)")
             size = t.shape[axis]
             first = seen.setdefault(dim, (name, axis % t.dim(), size))
             if first[2] != size:

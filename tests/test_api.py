@@ -67,6 +67,13 @@ def test_one_past_input_may_name_its_own_dims():
         torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("dim", ["seq len", "s.b", "1st", "批"])
+def test_a_dim_name_the_program_text_cannot_hold_is_refused_by_name(dim):
+    # It used to compile, then fail at disc.save (or worse, save and fail at disc.load).
+    with pytest.raises(CompileError, match=f"input 'x' dim 0 is named {dim!r}; a dim name is ASCII letters, digits and _"):
+        disc.compile(Scale(), (torch.randn(2, 3),), dynamic={"x": {0: dim}})
+
+
 @pytest.mark.parametrize("dim", ["new", "int", "linux", "errno", "N", "EOF", "fault"])
 def test_dim_names_that_are_words_of_cpp_compile(dim):
     # Dim names become fields of the generated C++ program: "new" broke its build.

@@ -390,6 +390,26 @@ def product(dims: Iterable[DimLike]) -> SymExpr:
 
 # -- parsing ------------------------------------------------------------------
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|[-+*%()]))")
+_SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+SYMBOL_NAME_RULE = "ASCII letters, digits and _, not starting with a digit"
+
+
+def is_symbol_name(name: str) -> bool:
+    """Can ``name`` name a symbol in the IR's text (and so in a saved program)?"""
+    return isinstance(name, str) and _SYMBOL_NAME.fullmatch(name) is not None
+
+
+def symbol_name_like(text: str, taken: Iterable[str]) -> str:
+    """A symbol name close to ``text`` (a model's own dim name, which may hold spaces or
+    operators) that is none of ``taken``."""
+    base = re.sub(r"[^A-Za-z_0-9]+", "_", text).strip("_") or "d"
+    if base[0].isdigit():
+        base = f"d_{base}"
+    taken = set(taken)
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    return name
 
 
 def parse_expr(text: str) -> SymExpr:

@@ -387,6 +387,35 @@ def test_a_compiled_onnx_program_saves_and_runs_with_numpy_alone(tmp_path):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
+def test_dim_params_that_are_not_identifiers_are_kept_apart_and_saved(tmp_path):
+    # A dim_param is any string; used as a symbol's name, "batch size" could not be saved. The
+    # names given instead must not merge it with a dim whose name they take ("batch_size", "d1").
+    import disc_runtime
+
+    n = helper.make_node
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch size", "N + 1"]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch_size", None]),
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, ["d1", "批"]),
+    ]
+    outputs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None, None]) for o in ("rx", "ry", "rz")]
+    model = _model([n("Relu", ["x"], ["rx"]), n("Neg", ["y"], ["ry"]), n("Abs", ["z"], ["rz"])], inputs, outputs, [])
+    prog = disc.onnx.compile(model)
+    loaded = disc_runtime.load(prog.save(tmp_path / "p"))
+    rng = np.random.default_rng(0)
+    # Every dim a different size: none of the six may have been merged with another.
+    x, y, z = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (4, 5), (6, 7)))
+    for got in (prog(x, y, z), loaded.run(x, y, z)):
+        for g, w in zip(got, (np.maximum(x, 0), -y, np.abs(z))):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_dynamic_name_that_is_not_an_identifier_is_refused_by_name():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [])
+    with pytest.raises(disc.CompileError, match=r"dynamic\['x'\] names dim 0 'n rows'; a dim name is ASCII letters"):
+        disc.onnx.compile(model, dynamic={"x": {0: "n rows"}})
+
+
 def _shape_from_the_caller() -> onnx.ModelProto:
     """y = ReduceSum(Reshape(x, shape), axes) + 1: both the shape and the axes are inputs."""
     n = helper.make_node

@@ -21,7 +21,7 @@ import numpy as np
 from disc.frontends.arrays import ArrayBuilder, DimValue, ShapeValue
 from disc.ir.builder import LoweringError
 from disc.ir.types import TensorType, dtype_of_numpy
-from disc.shape.expr import DimLike, SymExpr
+from disc.shape.expr import SYMBOL_NAME_RULE, DimLike, SymExpr, is_symbol_name, symbol_name_like
 
 __all__ = ["ELEM_TYPES", "DimValue", "OnnxImporter", "ShapeValue", "add_inputs"]
 
@@ -172,6 +172,8 @@ def add_inputs(
             if isinstance(want, int) and not isinstance(want, bool):
                 shape.append(want)
                 continue
+            if isinstance(want, str) and not is_symbol_name(want):
+                raise LoweringError(f"dynamic[{vi.name!r}] names dim {axis} {want!r}; a dim name is {SYMBOL_NAME_RULE}")
             name = want if isinstance(want, str) else (d.dim_param if d.HasField("dim_param") and d.dim_param else None)
             if want is None and d.HasField("dim_value"):
                 shape.append(int(d.dim_value))
@@ -180,7 +182,12 @@ def add_inputs(
                 shape.append(c.new_symbol("d", source=f"input {vi.name!r} dim {axis}"))
                 continue
             if name not in symbols:
-                symbols[name] = c.declare(name, source=f"input {vi.name!r} dim {axis}")
+                # A model's dim_param may be any string ("batch size", "N + 1"): its symbol gets a
+                # name the IR's text (and a saved program) can hold, and no other dim's; the same
+                # string is still one symbol.
+                legal = name if is_symbol_name(name) and name not in c.facts else symbol_name_like(name, c.facts)
+                where = f"input {vi.name!r} dim {axis}" + ("" if legal == name else f" (dim_param {name!r})")
+                symbols[name] = c.declare(legal, source=where)
             shape.append(symbols[name])
         node = imp.graph.add_input(vi.name, TensorType(narrow.carrier(tt.elem_type) if carried else ELEM_TYPES[tt.elem_type], tuple(shape)))
         imp.register_dims(node)
