@@ -219,6 +219,28 @@ def _geomeans(rows: list[dict], runners: dict, key: str = "ms") -> dict[str, flo
     return geo
 
 
+def _side_by_side(runners: dict[str, Callable], run: Callable[[Callable], Any], want: Any, rounds: int, calls: int = CALLS, per: int = 1) -> dict:
+    """``run(system)`` for every system: its first call's ms, its error against ``want``, and its
+    median ms over ``rounds`` rounds of ``calls`` calls (systems in alternating order), each time
+    divided by ``per`` (tokens in a generation)."""
+    row: dict = {"first_ms": {}, "err": {}}
+    for name, fn in runners.items():
+        _sync()
+        start = time.perf_counter()
+        got = run(fn)
+        _sync()
+        row["first_ms"][name] = (time.perf_counter() - start) * 1e3 / per
+        row["err"][name] = _rel_err(got, want)
+        run(fn)  # a shape's second call is where disc (and inductor-ro) records its CUDA graph
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    for r in range(rounds):
+        for name in list(runners) if r % 2 == 0 else list(reversed(runners)):
+            times[name].append(_per_call_ms(lambda fn=runners[name]: run(fn), calls) / per)
+    row["ms"] = {n: statistics.median(t) for n, t in times.items()}
+    row["spread"] = {n: (max(t) - min(t)) / 2 / statistics.median(t) for n, t in times.items()}
+    return row
+
+
 def run_stream(rounds: int, systems: list[str], dtype: str = "f32", shapes: int | None = None, model_name: str = "bert", tiny: bool = False) -> dict:
     workload = _Workload(model_name, dtype, tiny)
     stream = TINY_STREAM if tiny else (STREAM if model_name == "bert" else HF_STREAM)
@@ -228,23 +250,7 @@ def run_stream(rounds: int, systems: list[str], dtype: str = "f32", shapes: int 
         rows = []
         for b, s in stream[:shapes]:
             args = workload.inputs(b, s)
-            want = model(*args)
-            row: dict = {"batch": b, "seq": s, "first_ms": {}, "err": {}, "ms": {}}
-            for name, fn in runners.items():
-                _sync()
-                start = time.perf_counter()
-                got = fn(*args)
-                _sync()
-                row["first_ms"][name] = (time.perf_counter() - start) * 1e3
-                row["err"][name] = _rel_err(got, want)
-                fn(*args)  # the second call at a shape is where disc records its CUDA graph
-            times: dict[str, list[float]] = {n: [] for n in runners}
-            for r in range(rounds):
-                order = list(runners) if r % 2 == 0 else list(reversed(runners))
-                for name in order:
-                    times[name].append(_per_call_ms(lambda fn=runners[name]: fn(*args)))
-            row["ms"] = {n: statistics.median(t) for n, t in times.items()}
-            row["spread"] = {n: (max(t) - min(t)) / 2 / statistics.median(t) for n, t in times.items()}
+            row = {"batch": b, "seq": s, **_side_by_side(runners, lambda fn, args=args: fn(*args), model(*args), rounds)}
             rows.append(row)
             print(f"{b:3d} x {s:<4d} " + "  ".join(f"{n} {row['ms'][n]:8.3f} ms" for n in runners), flush=True)
     out = {"model": model_name, "dtype": dtype, "rows": rows, "geomean": _geomeans(rows, runners), "compile_s": compile_s, "compilations": {n: f() for n, f in compilations.items()}}
@@ -291,21 +297,7 @@ def run_decode(rounds: int, systems: list[str], dtype: str = "bf16", quick: bool
         prefill_rows = []
         for length in prefill:
             args = (ids(1, length), ones(1, length), *past(1))
-            want = step(*args)
-            row: dict = {"batch": 1, "prompt": length, "first_ms": {}, "err": {}}
-            for name, fn in runners.items():
-                _sync()
-                start = time.perf_counter()
-                got = fn(*args)
-                _sync()
-                row["first_ms"][name] = (time.perf_counter() - start) * 1e3
-                row["err"][name] = _rel_err(got, want)
-                fn(*args)
-            times: dict[str, list[float]] = {n: [] for n in runners}
-            for r in range(rounds):
-                for name in list(runners) if r % 2 == 0 else list(reversed(runners)):
-                    times[name].append(_per_call_ms(lambda fn=runners[name]: fn(*args)))
-            row["ms"] = {n: statistics.median(t) for n, t in times.items()}
+            row = {"batch": 1, "prompt": length, **_side_by_side(runners, lambda fn, args=args: fn(*args), step(*args), rounds)}
             prefill_rows.append(row)
             print(f"prefill 1 x {length:<5d} " + "  ".join(f"{n} {row['ms'][n]:8.3f} ms" for n in runners), flush=True)
         decode_rows = []
@@ -319,21 +311,8 @@ def run_decode(rounds: int, systems: list[str], dtype: str = "bf16", quick: bool
                     logits, *cache = fn(token, ones(batch, prompt + i + 1), *cache)
                 return logits
 
-            want = generate(step)
-            row = {"batch": batch, "prompt": prompt, "steps": steps, "first_ms": {}, "err": {}}
-            for name, fn in runners.items():
-                _sync()
-                start = time.perf_counter()
-                got = generate(fn)
-                _sync()
-                row["first_ms"][name] = (time.perf_counter() - start) * 1e3 / steps
-                row["err"][name] = _rel_err(got, want)
-                generate(fn)  # each step's shape seen twice: CUDA graphs recorded
-            times = {n: [] for n in runners}
-            for r in range(rounds):
-                for name in list(runners) if r % 2 == 0 else list(reversed(runners)):
-                    times[name].append(_per_call_ms(lambda fn=runners[name]: generate(fn), calls=1) / steps)
-            row["ms"] = {n: statistics.median(t) for n, t in times.items()}
+            # ms per token: a whole generation per timing, its first round (every step's shape new) beside
+            row = {"batch": batch, "prompt": prompt, "steps": steps, **_side_by_side(runners, generate, generate(step), rounds, calls=1, per=steps)}
             decode_rows.append(row)
             print(f"decode {batch} x {prompt}+{steps} " + "  ".join(f"{n} {row['ms'][n]:8.3f} ms/token" for n in runners), flush=True)
     return {
