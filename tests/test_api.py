@@ -47,13 +47,15 @@ def _cache_inputs(batch: int, cached: int, new: int) -> tuple[torch.Tensor, ...]
     return (torch.randn(batch, new, 4), *[torch.randn(batch, cached, 4) for _ in range(3)])
 
 
-def test_a_star_parameter_takes_one_input_per_tensor_and_one_dynamic_entry_names_them_all():
+def test_a_star_parameter_takes_one_input_per_tensor_and_one_dynamic_entry_names_them_all(tmp_path):
     cm = disc.compile(_Cache(), _cache_inputs(2, 3, 2), dynamic={"new": {0: "batch", 1: "new"}, "past": {0: "batch", 1: "cached"}})
     assert cm.input_names == ["new", "past_0", "past_1", "past_2"]
+    loaded = disc.load(cm.save(tmp_path / "step"))
     for batch, cached, new in ((1, 0, 1), (1, 1, 1), (3, 7, 4)):
         args = _cache_inputs(batch, cached, new)
-        for got, want in zip(cm(*args), _Cache()(*args)):
-            torch.testing.assert_close(got, want)
+        for program in (cm, loaded):
+            for got, want in zip(program(*args), _Cache()(*args)):
+                torch.testing.assert_close(got, want)
     assert cm.num_compilations == 1
     with pytest.raises(disc.ShapeError, match="input .past_1. dim 2 is 5 but must be 4"):
         cm(torch.randn(1, 1, 4), torch.randn(1, 2, 4), torch.randn(1, 2, 5), torch.randn(1, 2, 4))
