@@ -200,6 +200,8 @@ def test_pytorch_attention_becomes_one_op_on_the_gpu_path(kind, kv_heads, dtype)
         with torch.no_grad():
             got, want = cm(*args), model(*args)
         assert got.dtype == want.dtype
-        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * float(want.float().abs().max().clamp_min(1)))
-        if kind != "causal":
+        # equal_nan: where a GPU's attention kernel gives NaN for a row with every key masked, disc
+        # calls that kernel too; PyTorch's CPU attention gives 0 there.
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * float(want.float().nan_to_num().abs().max().clamp_min(1)), equal_nan=True)
+        if kind != "causal" and device == "cpu":
             assert torch.all(got[-1, :, -1] == 0), "a row with every key masked gives 0"
