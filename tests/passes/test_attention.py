@@ -205,3 +205,29 @@ def test_pytorch_attention_becomes_one_op_on_the_gpu_path(kind, kv_heads, dtype)
         torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * float(want.float().nan_to_num().abs().max().clamp_min(1)), equal_nan=True)
         if kind != "causal" and device == "cpu":
             assert torch.all(got[-1, :, -1] == 0), "a row with every key masked gives 0"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_hugging_face_bert_gets_one_attention_call_per_layer(dtype):
+    # Third-party attention code (SDPA with the padding mask Hugging Face builds) on the GPU path.
+    pytest.importorskip("transformers")
+    import disc
+    from benchmarks.hf_workloads import bert_inputs, hf_bert
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = hf_bert(tiny=True).to(device).to(dtype)
+    dynamic = {"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"}}
+
+    def inputs(b: int, s: int, seed: int) -> tuple[torch.Tensor, ...]:
+        return tuple(t.to(device) for t in bert_inputs(b, s, seed, vocab=100))
+
+    cm = disc.compile(model, inputs(2, 9, 0), dynamic=dynamic, backend="triton")
+    attention = [n for n in cm.executor.graph.nodes if n.op == "attention"]
+    assert len(attention) == len(model.model.encoder.layer)
+    assert all(n.dtype == ("f32" if dtype == torch.float32 else "bf16") for n in attention)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    for b, s in ((1, 1), (3, 5), (2, 17)):
+        args = inputs(b, s, b + s)
+        with torch.no_grad():
+            got, want = cm(*args), model(*args)
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * float(want.float().abs().max()))
