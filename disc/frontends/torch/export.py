@@ -36,12 +36,17 @@ class Captured:
     decomposed_because: str | None = None  # None: imported as torch.export returned it
 
 
+def _positional(model: torch.nn.Module) -> tuple[list[str], str | None]:
+    """``forward``'s named positional parameters, and its ``*past`` parameter's name (or None)."""
+    params = list(inspect.signature(model.forward).parameters.values())
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names, next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+
+
 def input_names_of(model: torch.nn.Module, args: Sequence[Any]) -> list[str]:
     """The names of the example inputs: ``forward``'s parameters, and ``past_0``, ``past_1``, ...
     for the inputs a ``*past`` parameter takes (a decoder's KV cache, one tensor per layer)."""
-    params = list(inspect.signature(model.forward).parameters.values())
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    rest = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+    names, rest = _positional(model)
     if len(args) > len(names):
         if rest is None:
             raise CompileError(f"{type(model).__name__}.forward takes {len(names)} positional inputs, got {len(args)} example inputs")
@@ -52,8 +57,7 @@ def input_names_of(model: torch.nn.Module, args: Sequence[Any]) -> list[str]:
 def varargs_dynamic(model: torch.nn.Module, args: Sequence[Any], dynamic: DynamicSpec) -> dict[str, Mapping[int, str]]:
     """``dynamic`` with a ``*past`` parameter's entry given to each of its inputs (``past_0``, ...)
     that has no entry of its own: ``{"past": {0: "batch", 2: "cached"}}`` names every cached tensor's dims."""
-    params = inspect.signature(model.forward).parameters.values()
-    rest = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+    _, rest = _positional(model)
     out = dict(dynamic)
     if rest is None or rest not in out:
         return out
@@ -152,10 +156,9 @@ def _export_dynamic_shapes(model: torch.nn.Module, names: Sequence[str], dynamic
     """torch.export's ``dynamic_shapes``, positional: one entry per parameter, and for a ``*past``
     parameter one tuple of its inputs' entries (its inputs have no names in forward's signature)."""
     specs = [{axis: torch.export.Dim.DYNAMIC for axis in dynamic.get(name, {})} or None for name in names]
-    params = inspect.signature(model.forward).parameters.values()
-    fixed = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-    if any(p.kind == p.VAR_POSITIONAL for p in params) and len(names) >= fixed:
-        return (*specs[:fixed], tuple(specs[fixed:]))
+    fixed, rest = _positional(model)
+    if rest is not None and len(names) >= len(fixed):
+        return (*specs[: len(fixed)], tuple(specs[len(fixed) :]))
     return tuple(specs)
 
 
