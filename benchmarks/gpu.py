@@ -54,7 +54,7 @@ from disc.models import MODELS
 from disc.models.bert import BertConfig, bert
 
 CALLS = 10  # back-to-back calls per timing
-DEVICE = "cuda"  # --device: "cpu" dry-runs this code at tiny sizes
+DEVICE = "cuda"  # --device: "cpu" runs the same parts on the CPU
 
 # 24 (batch, seq) pairs, batch 1-16 and sequence 16-512, in no particular order (a serving stream).
 STREAM = [

@@ -19,10 +19,6 @@ import torch
 from torch import nn
 
 
-def _seeded(seed: int) -> None:
-    torch.manual_seed(seed)
-
-
 class LastHidden(nn.Module):
     """A Hugging Face encoder called on (ids, mask), returning the last hidden state."""
 
@@ -39,7 +35,7 @@ def hf_bert(tiny: bool = False, seed: int = 0) -> LastHidden:
     import transformers as hf
 
     size = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128) if tiny else {}
-    _seeded(seed)
+    torch.manual_seed(seed)
     config = hf.BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **size)
     return LastHidden(hf.BertModel(config, add_pooling_layer=False)).eval()
 
@@ -63,7 +59,7 @@ def llama(tiny: bool = False, seed: int = 0) -> nn.Module:
         size = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
     else:
         size = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8)
-    _seeded(seed)
+    torch.manual_seed(seed)
     config = hf.LlamaConfig(max_position_embeddings=4096, rope_theta=500000.0, **size)
     return hf.LlamaForCausalLM(config).eval()
 

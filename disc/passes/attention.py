@@ -185,12 +185,12 @@ _HALF = ("bf16", "f16")
 _LAYOUT_OPS = ("transpose", "reshape", "broadcast_in_dim")
 
 
-def _widened(n: Node) -> Node | None:
-    """``n`` if it is a 16-bit value widened to float32 (then laid out by ``_LAYOUT_OPS``), else None."""
+def _widened_from(n: Node) -> str | None:
+    """The 16-bit dtype ``n`` was widened to float32 from (then laid out by ``_LAYOUT_OPS``), else None."""
     if n.op in _LAYOUT_OPS:
-        return n if _widened(n.inputs[0]) is not None else None
+        return _widened_from(n.inputs[0])
     if n.op == "convert" and n.dtype == "f32" and n.inputs[0].dtype in _HALF:
-        return n
+        return n.inputs[0].dtype
     return None
 
 
@@ -202,17 +202,9 @@ def _narrowing(m: _Match, users: dict[Node, list[Node]], outputs: set[Node]) -> 
     readers = users[result]
     if result in outputs or len(readers) != 1 or readers[0].op != "convert" or readers[0].dtype not in _HALF:
         return None
-    half = readers[0].dtype
-    sources = [_widened(x) for x in (m.query, m.key, m.value, *m.biases)]
-    if any(s is None for s in sources) or any(_source_dtype(s) != half for s in sources):
+    if any(_widened_from(x) != readers[0].dtype for x in (m.query, m.key, m.value, *m.biases)):
         return None
     return readers[0]
-
-
-def _source_dtype(n: Node) -> str:
-    while n.op in _LAYOUT_OPS:
-        n = n.inputs[0]
-    return n.inputs[0].dtype
 
 
 def _narrowed(rw: Rewriter, n: Node) -> Node:
@@ -230,6 +222,7 @@ def fuse_attention(graph: Graph) -> Graph:
         return graph
     matches = {m.chain[-1]: m for m in found}
     rounded = {m.narrow: m.chain[-1] for m in found if m.narrow is not None}  # rounding convert -> its attention
+    mask_biases: dict[tuple[Node, str], Node] = {}  # every layer reads one mask: its bias is computed once
     rw = Rewriter(graph)
     for n in graph.nodes:
         if n.op == "input":
@@ -248,17 +241,17 @@ def fuse_attention(graph: Graph) -> Graph:
             perm = list(range(len(key.shape)))
             perm[-2:] = perm[-1], perm[-2]
             key = rw.add("transpose", [key], {"perm": perm})
-        bias = _bias(rw, m)
+        bias = _bias(rw, m, mask_biases)
         operands = [operand(m.query), key, operand(m.value)] + ([bias] if bias is not None else [])
         rw.map(n, rw.add("attention", operands, {"scale": m.scale}, name=n.name))
     return dce(rw.finish())
 
 
-def _bias(rw: Rewriter, m: _Match) -> Node | None:
+def _bias(rw: Rewriter, m: _Match, mask_biases: dict[tuple[Node, str], Node]) -> Node | None:
     """One float bias of the scores' shape from the chain's biases and masks (None: neither)."""
     dtype = m.narrow.dtype if m.narrow is not None else m.chain[0].dtype  # the operands' (the scores' GEMM's)
     floats = [_narrowed(rw, b) if m.narrow is not None else rw.value(b) for b in m.biases]
-    terms = floats + [_mask_bias(rw, mask, dtype) for mask in m.masks]
+    terms = floats + [_mask_bias(rw, mask, dtype, mask_biases) for mask in m.masks]
     if not terms:
         return None
     bias = terms[0]
@@ -267,17 +260,20 @@ def _bias(rw: Rewriter, m: _Match) -> Node | None:
     return bias
 
 
-def _mask_bias(rw: Rewriter, mask: Node, dtype: str) -> Node:
+def _mask_bias(rw: Rewriter, mask: Node, dtype: str, made: dict[tuple[Node, str], Node]) -> Node:
     """``select(mask, 0, -inf)``, computed at the mask's size before it was broadcast to the
-    scores' (a [batch, 1, L, S] padding mask is not written once per head)."""
+    scores' (a [batch, 1, L, S] padding mask is not written once per head), once per mask
+    (``made``: the biases built so far; every layer of a model reads the same mask)."""
     small, spread = mask, None
     if mask.op == "broadcast_in_dim" and list(mask.attrs["dims"]) == list(range(len(mask.shape))):
         small, spread = mask.inputs[0], mask
-    x = rw.value(small)
-    sizes = [rw.add("dim", [x], {"axis": i}) for i in range(len(small.shape))]
-    zero = rw.add("broadcast_in_dim", [rw.add("constant", [], {"value": 0.0, "dtype": dtype}), *sizes], {"dims": ()})
-    neg_inf = rw.add("broadcast_in_dim", [rw.add("constant", [], {"value": float("-inf"), "dtype": dtype}), *sizes], {"dims": ()})
-    bias = rw.add("select", [x, zero, neg_inf])
+    bias = made.get((small, dtype))
+    if bias is None:
+        x = rw.value(small)
+        sizes = [rw.add("dim", [x], {"axis": i}) for i in range(len(small.shape))]
+        zero = rw.add("broadcast_in_dim", [rw.add("constant", [], {"value": 0.0, "dtype": dtype}), *sizes], {"dims": ()})
+        neg_inf = rw.add("broadcast_in_dim", [rw.add("constant", [], {"value": float("-inf"), "dtype": dtype}), *sizes], {"dims": ()})
+        bias = made[(small, dtype)] = rw.add("select", [x, zero, neg_inf])
     if spread is None:
         return bias
     return rw.add("broadcast_in_dim", [bias, *rw.operands(spread)[1:]], {"dims": tuple(spread.attrs["dims"])})

@@ -389,8 +389,9 @@ def product(dims: Iterable[DimLike]) -> SymExpr:
 
 
 # -- parsing ------------------------------------------------------------------
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z_0-9]*)|(//|[-+*%()]))")
-_SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_NAME = r"[A-Za-z_][A-Za-z_0-9]*"  # a symbol's name, as the IR's text writes and reads it
+_TOKEN = re.compile(rf"\s*(?:(\d+)|({_NAME})|(//|[-+*%()]))")
+_SYMBOL_NAME = re.compile(_NAME)
 SYMBOL_NAME_RULE = "ASCII letters, digits and _, not starting with a digit"
 
 

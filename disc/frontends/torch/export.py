@@ -57,14 +57,13 @@ def input_names_of(model: torch.nn.Module, args: Sequence[Any]) -> list[str]:
 def varargs_dynamic(model: torch.nn.Module, args: Sequence[Any], dynamic: DynamicSpec) -> dict[str, Mapping[int, str]]:
     """``dynamic`` with a ``*past`` parameter's entry given to each of its inputs (``past_0``, ...)
     that has no entry of its own: ``{"past": {0: "batch", 2: "cached"}}`` names every cached tensor's dims."""
-    _, rest = _positional(model)
+    fixed, rest = _positional(model)
     out = dict(dynamic)
     if rest is None or rest not in out:
         return out
     spec = out.pop(rest)
-    for name in input_names_of(model, args):
-        if name.startswith(f"{rest}_") and name[len(rest) + 1 :].isdigit():
-            out.setdefault(name, spec)
+    for name in input_names_of(model, args)[len(fixed) :]:
+        out.setdefault(name, spec)
     return out
 
 
